@@ -1,0 +1,120 @@
+"""Config helpers: parse ``get_config(arg)`` strings, validate names, build the shared optim block."""
+
+from __future__ import annotations
+
+import ast
+
+import ml_collections
+
+from lbtrain import optim
+
+
+class ConfigError(ValueError):
+    pass
+
+
+def _coerce(key: str, text: str, default):
+    if isinstance(default, bool):
+        if text.lower() in ("true", "1", "yes"):
+            return True
+        if text.lower() in ("false", "0", "no"):
+            return False
+        raise ConfigError(f"config arg {key}={text!r} must be True or False")
+    if isinstance(default, (int, float)):
+        try:
+            value = ast.literal_eval(text)
+        except (ValueError, SyntaxError):
+            raise ConfigError(f"config arg {key}={text!r} must be a number") from None
+        if not isinstance(value, (int, float)) or isinstance(value, bool):
+            raise ConfigError(f"config arg {key}={text!r} must be a number")
+        return type(default)(value) if isinstance(default, float) or float(value).is_integer() else value
+    return text
+
+
+def parse_arg(arg: str | None, **defaults) -> ml_collections.ConfigDict:
+    """Parse ``"batch=2048,scheme=legw,runlocal=True"`` against ``defaults`` (which fix the keys and
+    their types). An unknown key is an error naming the valid ones."""
+    out = dict(defaults)
+    for item in filter(None, (arg or "").split(",")):
+        if "=" not in item:
+            raise ConfigError(f"config arg {item!r} is not key=value; valid keys: {', '.join(defaults)}")
+        key, text = (s.strip() for s in item.split("=", 1))
+        if key not in defaults:
+            raise ConfigError(f"unknown config arg {key!r}; valid keys: {', '.join(defaults)}")
+        out[key] = _coerce(key, text, defaults[key])
+    return ml_collections.ConfigDict(out)
+
+
+def optim_config(**overrides) -> ml_collections.ConfigDict:
+    """The optimizer block every application shares, with a comment per field."""
+    cfg = ml_collections.ConfigDict()
+    cfg.name = "momentum"  # one of lbtrain.optim.OPTIMIZERS
+    cfg.base_lr = 0.1  # peak LR at base_batch_size (the tuned base recipe)
+    cfg.base_batch_size = 128  # B0: the batch the base recipe was tuned at
+    cfg.scheme = "legw"  # legw | linear | sqrt | none: how lr and warmup scale with batch/B0
+    cfg.clip_norm = 0.0  # global-norm gradient clipping; 0 = off
+    cfg.weight_decay = 0.0
+    cfg.momentum = 0.9  # momentum, nesterov, lars
+    cfg.nesterov = False
+    cfg.b1 = 0.9  # adam, adamw, lamb
+    cfg.b2 = 0.999
+    cfg.eps = ml_collections.FieldReference(None, field_type=float)  # None = the optimizer's default
+    cfg.eta = 1e-3  # LARS trust coefficient
+    cfg.initial_accumulator_value = 0.1  # adagrad
+    cfg.rms_decay = 0.9  # rmsprop
+    cfg.rms_momentum = 0.0
+    cfg.rho = 0.9  # adadelta
+    cfg.mask_min_ndim = 2  # leaves with ndim >= this get weight decay / trust ratio ...
+    cfg.exclude_from_weight_decay = ()  # ... unless a regex here matches their path
+    cfg.exclude_from_trust_ratio = ()
+    cfg.schedule = ml_collections.ConfigDict()
+    cfg.schedule.warmup_epochs = 0.0  # W0 at base_batch_size; scaled by the scheme's warmup rule
+    cfg.schedule.decay = "poly"  # constant | poly | exponential | multistep | cosine
+    cfg.schedule.power = 2.0  # poly
+    cfg.schedule.end_value = 0.0  # poly, cosine
+    cfg.schedule.rate = 0.5  # exponential: factor per epoch
+    cfg.schedule.start_epoch = ml_collections.FieldReference(None, field_type=float)  # exponential; None = end of warmup
+    cfg.schedule.staircase = False  # exponential
+    cfg.schedule.boundaries = ()  # multistep, in epochs
+    cfg.schedule.factor = 0.1  # multistep
+    for k, v in overrides.items():
+        if isinstance(v, dict):
+            cfg[k].update(v)
+        else:
+            cfg[k] = v
+    return cfg
+
+
+def _choice(what: str, value, choices) -> None:
+    if value not in choices:
+        raise ConfigError(f"unknown {what} {value!r}; valid choices: {', '.join(map(str, choices))}")
+
+
+def validate(config) -> None:
+    """Fail fast, with a one-line message, on names that do not exist (before any data is read)."""
+    from lbtrain import data, models, tasks
+
+    _choice("optim.name", config.optim.name, optim.OPTIMIZERS)
+    _choice("optim.scheme", config.optim.scheme, tuple(optim.SCHEMES))
+    _choice("optim.schedule.decay", config.optim.schedule.decay, optim.DECAYS)
+    _choice("model.name", config.model.name, models.MODELS)
+    _choice("data.name", config.data.name, data.DATASETS)
+    _choice("task", config.task, tuple(tasks.TASKS))
+    if int(config.batch_size) <= 0:
+        raise ConfigError(f"batch_size must be positive, got {config.batch_size}")
+
+
+def load_config(spec: str) -> ml_collections.ConfigDict:
+    """Load ``"path/to/config.py[:arg]"`` the way ``--config`` does (for scripts and experiments)."""
+    import importlib.util
+    import os
+
+    path, _, arg = spec.partition(":")
+    if not os.path.isfile(path):
+        raise ConfigError(f"config file {path!r} not found")
+    module_spec = importlib.util.spec_from_file_location(f"_lbtrain_config_{abs(hash(path))}", path)
+    module = importlib.util.module_from_spec(module_spec)
+    module_spec.loader.exec_module(module)
+    config = module.get_config(arg or None) if arg else module.get_config()
+    config.lock()
+    return config

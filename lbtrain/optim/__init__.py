@@ -1,0 +1,32 @@
+"""lbtrain.optim: LEGW schedules, batch-size scaling rules and layer-wise optimizers for optax.
+
+Importable on its own (it imports nothing else of lbtrain) and usable inside any optax chain::
+
+    import optax
+    from lbtrain import optim
+
+    schedule = optim.legw_schedule(base_lr=0.1, base_batch_size=128, batch_size=2048,
+                                   base_warmup_epochs=0.5, steps_per_epoch=29, num_epochs=90)
+    tx = optax.chain(optax.clip_by_global_norm(1.0), optim.lars(schedule, weight_decay=1e-4))
+"""
+
+from lbtrain.optim.factory import OPTIMIZERS, OptimPlan, base_optimizer, current_lr, make, make_schedule, trust_ratios
+from lbtrain.optim.layerwise import TrustRatioState, lamb, lars, scale_by_trust_ratio
+from lbtrain.optim.masks import default_mask, masked_paths, param_mask, path_str, resolve_mask
+from lbtrain.optim.scaling import LR_RULES, SCHEMES, WARMUP_RULES, scale_lr, scale_warmup_epochs, scheme_rules
+from lbtrain.optim.schedules import (
+    DECAYS,
+    epochs_to_steps,
+    legw_schedule,
+    scaled_schedule,
+    scheme_schedule,
+    warmup_decay_schedule,
+)
+
+__all__ = [
+    "DECAYS", "LR_RULES", "OPTIMIZERS", "SCHEMES", "WARMUP_RULES", "OptimPlan", "TrustRatioState",
+    "base_optimizer", "current_lr", "default_mask", "epochs_to_steps", "lamb", "lars", "legw_schedule",
+    "make", "make_schedule", "masked_paths", "param_mask", "path_str", "resolve_mask", "scale_by_trust_ratio",
+    "scale_lr", "scale_warmup_epochs", "scaled_schedule", "scheme_rules", "scheme_schedule", "trust_ratios",
+    "warmup_decay_schedule",
+]  # fmt: skip

@@ -1,0 +1,220 @@
+"""The generic training loop: state, one jitted step, eval, metrics, progress.
+
+``train_and_evaluate(config, workdir)`` is the only entry point the CLI calls. The model is trained
+through a functional step: the NNX module is split once into a static graph and pure-dict pytrees
+(params, other model state), and the jitted step merges them back, so there is no per-step Python
+graph traversal.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import time
+from typing import Any
+
+import flax
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from flax import nnx
+
+from lbtrain import data as data_lib
+from lbtrain import models, optim, parallel, tasks
+from lbtrain.data.batching import TrainBatches, eval_batches
+from lbtrain.metrics import MetricWriter, Progress, format_duration
+
+
+@flax.struct.dataclass
+class TrainState:
+    step: jax.Array
+    params: Any  # pure dict of arrays
+    opt_state: Any
+    model_state: Any  # non-parameter module state (e.g. dropout RNG counters, batch statistics)
+
+
+@dataclasses.dataclass
+class Setup:
+    """Everything derived from a config before the first step (printed at start)."""
+
+    mesh: Any
+    train_graphdef: Any
+    eval_graphdef: Any
+    tx: optax.GradientTransformation
+    plan: optim.OptimPlan
+    global_batch: int
+    per_device_batch: int
+    num_params: int
+
+
+def _tree_norm(tree) -> jax.Array:
+    return optax.tree_utils.tree_norm(tree)
+
+
+def make_train_step(graphdef, tx: optax.GradientTransformation, task):
+    """(state, batch) -> (state, metrics); loss is the mean over the *global* batch."""
+
+    def step(state: TrainState, batch):
+        def loss_fn(params):
+            model = nnx.merge(graphdef, params, state.model_state)
+            logits = model(batch[task.input_key])
+            loss_sum, count = task.loss(logits, batch)
+            new_model_state = nnx.to_pure_dict(nnx.split(model, nnx.Param, ...)[2])
+            return loss_sum / count, new_model_state
+
+        (loss, model_state), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params)
+        updates, opt_state = tx.update(grads, state.opt_state, state.params)
+        params = optax.apply_updates(state.params, updates)
+        metrics = {
+            "loss": loss,
+            "lr": optim.current_lr(opt_state),
+            "grad_norm": _tree_norm(grads),
+            "update_norm": _tree_norm(updates),
+            "param_norm": _tree_norm(params),
+        }
+        ratios = optim.trust_ratios(opt_state)
+        if ratios is not None:
+            r = jnp.stack(jax.tree.leaves(ratios))
+            metrics.update(trust_ratio_min=r.min(), trust_ratio_mean=r.mean(), trust_ratio_max=r.max())
+        new_state = state.replace(step=state.step + 1, params=params, opt_state=opt_state, model_state=model_state)
+        return new_state, metrics
+
+    return step
+
+
+def make_eval_step(graphdef, task):
+    def step(params, model_state, batch):
+        model = nnx.merge(graphdef, params, model_state)
+        return task.eval_metrics(model(batch[task.input_key]), batch)
+
+    return step
+
+
+def init_state(config, steps_per_epoch: int, mesh) -> tuple[TrainState, Setup]:
+    global_batch = int(config.batch_size)
+    per_device = parallel.per_device_batch(global_batch, mesh)
+    rngs = nnx.Rngs(params=config.seed, dropout=config.seed + 1)
+    model = models.make(config.model, rngs)
+    model.train()
+    train_graphdef, params, model_state = nnx.split(model, nnx.Param, ...)
+    model.eval()
+    eval_graphdef = nnx.split(model, nnx.Param, ...)[0]
+    params, model_state = nnx.to_pure_dict(params), nnx.to_pure_dict(model_state)
+    tx, plan = optim.make(config.optim, batch_size=global_batch, steps_per_epoch=steps_per_epoch,
+                          num_epochs=config.num_epochs)  # fmt: skip
+    state = TrainState(step=jnp.zeros((), jnp.int32), params=params, opt_state=tx.init(params), model_state=model_state)
+    state = parallel.replicate(state, mesh)
+    num_params = sum(int(np.prod(x.shape)) for x in jax.tree.leaves(params))
+    setup = Setup(mesh, train_graphdef, eval_graphdef, tx, plan, global_batch, per_device, num_params)
+    return state, setup
+
+
+def describe(setup: Setup, num_train: int) -> str:
+    p = setup.plan
+    return "\n".join(
+        [
+            f"devices: {setup.mesh.size} ({jax.devices()[0].platform}) | processes: {jax.process_count()}",
+            f"global batch: {setup.global_batch} | per-device batch: {setup.per_device_batch} | accumulation steps: 1",
+            f"train examples: {num_train} | steps/epoch: {p.steps_per_epoch} | total steps: {p.total_steps}",
+            f"optimizer: {p.optimizer} | scheme: {p.scheme} (lr {p.lr_rule}, warmup {p.warmup_rule}) | "
+            f"batch ratio k: {p.batch_size / p.base_batch_size:g}",
+            f"peak lr: {p.peak_lr:.6g} (base {p.base_lr:g} at batch {p.base_batch_size}) | warmup: "
+            f"{p.warmup_epochs:g} epochs = {p.warmup_steps} steps | decay: {p.decay}",
+            f"parameters: {setup.num_params:,}",
+        ]
+    )
+
+
+def evaluate(eval_step, state: TrainState, source, batch_size: int, mesh, task) -> dict[str, float]:
+    totals = None
+    for batch in eval_batches(source, batch_size, jax.process_index(), jax.process_count()):
+        sums = eval_step(state.params, state.model_state, parallel.to_global(batch, mesh))
+        totals = sums if totals is None else jax.tree.map(jnp.add, totals, sums)
+    return task.summarize({k: float(v) for k, v in jax.device_get(totals).items()})
+
+
+def _save_json(path: str, obj) -> None:
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(obj, f, indent=2, default=str)
+    os.replace(tmp, path)
+
+
+def train_and_evaluate(config, workdir: str) -> dict[str, Any]:
+    """Train ``config`` in ``workdir``; returns the final eval metrics, the plan and timings.
+
+    Writes ``config.json``, ``metrics.jsonl``, TensorBoard events (``tb/``) and ``results.json``.
+    """
+    mesh = parallel.make_mesh(config.get("num_devices", 0))
+    writer_enabled = parallel.is_writer()
+    train_src, eval_src = data_lib.make(config.data)
+    batches = TrainBatches(train_src, int(config.batch_size), config.seed, jax.process_index(), jax.process_count())
+    parallel.per_device_batch(int(config.batch_size), mesh)
+    eval_batch = int(config.get("eval_batch_size", 0) or config.batch_size)
+    parallel.per_device_batch(eval_batch, mesh, "eval_batch_size")
+    state, setup = init_state(config, batches.steps_per_epoch, mesh)
+    task = tasks.make(config.task)
+    plan = setup.plan
+    if writer_enabled:
+        os.makedirs(workdir, exist_ok=True)
+        _save_json(os.path.join(workdir, "config.json"), config.to_dict())
+        print(describe(setup, len(train_src)), flush=True)
+
+    repl, data_sh = parallel.replicated(mesh), parallel.batch_sharding(mesh)
+    train_step = jax.jit(make_train_step(setup.train_graphdef, setup.tx, task),
+                         in_shardings=(repl, data_sh), out_shardings=(repl, repl), donate_argnums=(0,))  # fmt: skip
+    eval_step = jax.jit(make_eval_step(setup.eval_graphdef, task), in_shardings=(repl, repl, data_sh),
+                        out_shardings=repl)  # fmt: skip
+
+    writer = MetricWriter(workdir, enabled=writer_enabled)
+    total = plan.total_steps
+    log_every = max(int(config.log_every_steps), 1)
+    eval_every = max(optim.epochs_to_steps(config.eval_every_epochs, plan.steps_per_epoch), 1)
+    progress = Progress(total, plan.steps_per_epoch, setup.global_batch, enabled=writer_enabled)
+    history, t_start, train_time = [], time.perf_counter(), 0.0
+    step = int(state.step)
+    progress.start(step)
+    t_seg = time.perf_counter()
+    with jax.set_mesh(mesh):
+        data_iter = batches.iterate(step)
+        while step < total:
+            state, metrics = train_step(state, parallel.to_global(next(data_iter), mesh))
+            step += 1
+            if step % log_every == 0 or step == total:
+                m = {k: float(v) for k, v in jax.device_get(metrics).items()}
+                if not np.isfinite(m["loss"]):
+                    raise FloatingPointError(
+                        f"non-finite loss {m['loss']} at step {step}: lower optim.base_lr or set optim.clip_norm"
+                    )
+                m["examples_per_sec"] = progress.update(step, m["loss"], m["lr"])
+                m["epoch"] = step / plan.steps_per_epoch
+                writer.write(step, "train", m)
+            if step % eval_every == 0 or step == total:
+                jax.block_until_ready(state)
+                train_time += time.perf_counter() - t_seg
+                ev = evaluate(eval_step, state, eval_src, eval_batch, mesh, task)
+                ev.update(epoch=step / plan.steps_per_epoch, train_time_s=train_time)
+                writer.write(step, "eval", ev)
+                history.append({"step": step, **ev})
+                if writer_enabled:
+                    print(f"eval @ step {step} (epoch {ev['epoch']:.2f}): "
+                          + " | ".join(f"{k} {v:.4f}" for k, v in ev.items() if k not in ("epoch", "step")),
+                          flush=True)  # fmt: skip
+                t_seg = time.perf_counter()
+                progress.start(step)
+    writer.close()
+    result = {
+        "final": history[-1] if history else {},
+        "history": history,
+        "plan": dataclasses.asdict(plan),
+        "train_time_s": train_time,
+        "wall_time_s": time.perf_counter() - t_start,
+        "devices": mesh.size,
+    }
+    if writer_enabled:
+        _save_json(os.path.join(workdir, "results.json"), result)
+        print(f"done: {total} steps in {format_duration(result['wall_time_s'])}", flush=True)
+    result["state"] = state
+    return result

@@ -1,0 +1,107 @@
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+import optax
+import pytest
+from flax import nnx
+
+from lbtrain import config_lib, optim
+from lbtrain.models import MnistLSTM
+
+
+def lstm_params():
+    model = MnistLSTM(rngs=nnx.Rngs(0), hidden_size=8)
+    return nnx.to_pure_dict(nnx.split(model, nnx.Param)[1])
+
+
+def test_default_mask_on_the_lstm_parameter_tree():
+    mask = optim.default_mask(lstm_params())
+    assert sorted(optim.masked_paths(mask)) == ["head/kernel", "lstm/input_kernel", "lstm/recurrent_kernel"]
+
+
+def test_exclude_patterns():
+    mask = optim.param_mask(2, exclude=("head",))(lstm_params())
+    assert sorted(optim.masked_paths(mask)) == ["lstm/input_kernel", "lstm/recurrent_kernel"]
+    everything = optim.param_mask(1)(lstm_params())
+    assert len(optim.masked_paths(everything)) == 5
+
+
+def test_lars_trust_ratio_covers_the_fused_four_gate_matrix():
+    """One ratio per fused (D, 4H) / (H, 4H) matrix: the norm is over all four gates together."""
+    params = lstm_params()
+    grads = jax.tree.map(lambda p: jnp.full_like(p, 0.01), params)
+    tx = optim.lars(1.0, eta=0.002)
+    _, state = tx.update(grads, tx.init(params), params)
+    ratios = state[0].trust_ratio
+    for name in ("input_kernel", "recurrent_kernel"):
+        w = np.asarray(params["lstm"][name])
+        expected = 0.002 * np.linalg.norm(w) / np.linalg.norm(np.full_like(w, 0.01))
+        assert float(ratios["lstm"][name]) == pytest.approx(expected, rel=1e-5)
+    assert float(ratios["lstm"]["bias"]) == 1.0
+
+
+def optim_cfg(**kw):
+    cfg = config_lib.optim_config(base_lr=0.1, base_batch_size=32, schedule=dict(warmup_epochs=1.0))
+    cfg.update(kw)
+    return cfg
+
+
+@pytest.mark.parametrize("name", optim.OPTIMIZERS)
+def test_every_optimizer_builds_steps_and_reports_its_lr(name):
+    cfg = optim_cfg(name=name, weight_decay=1e-4, clip_norm=1.0)
+    tx, plan = optim.make(cfg, batch_size=128, steps_per_epoch=10, num_epochs=5)
+    params = {"w": jnp.ones((3, 2)), "b": jnp.zeros(2)}
+    state = tx.init(params)
+    loss = lambda p: jnp.sum((p["w"] - 2.0) ** 2) + jnp.sum((p["b"] + 1.0) ** 2)  # noqa: E731
+    schedule = lambda step: 0.2 * step / 40 if step < 40 else None  # noqa: E731  (k=4: sqrt -> 0.2, 4 epochs warmup)
+    for step in range(3):
+        updates, state = tx.update(jax.grad(loss)(params), state, params)
+        params = optax.apply_updates(params, updates)
+        assert float(optim.current_lr(state)) == pytest.approx(schedule(step), abs=1e-8)
+    assert plan.peak_lr == pytest.approx(0.2) and plan.warmup_steps == 40 and plan.total_steps == 50
+    assert all(np.isfinite(np.asarray(x)).all() for x in jax.tree.leaves(params))
+    assert (optim.trust_ratios(state) is not None) == (name in ("lars", "lamb"))
+
+
+def test_factory_passes_only_the_chosen_decays_arguments():
+    cfg = optim_cfg(scheme="none")
+    cfg.schedule.update(decay="multistep", boundaries=(2, 4), factor=0.5, warmup_epochs=0.0)
+    schedule, plan = optim.make_schedule(cfg, batch_size=32, steps_per_epoch=10, num_epochs=6)
+    assert [float(schedule(s)) for s in (0, 19, 20, 40)] == pytest.approx([0.1, 0.1, 0.05, 0.025])
+    assert plan.decay == "multistep" and plan.warmup_steps == 0
+
+
+def test_clipping_is_applied_first():
+    cfg = optim_cfg(name="sgd", scheme="none", clip_norm=0.5)
+    cfg.schedule.update(decay="constant", warmup_epochs=0.0)
+    tx, _ = optim.make(cfg, batch_size=32, steps_per_epoch=1, num_epochs=1)
+    g = {"w": jnp.array([3.0, 4.0])}
+    updates, _ = tx.update(g, tx.init(g), g)
+    np.testing.assert_allclose(updates["w"], -0.1 * 0.5 * np.array([0.6, 0.8]), rtol=1e-6)
+
+
+@pytest.mark.parametrize(
+    "field,value,fragment",
+    [("name", "adamm", "unknown optimizer"), ("scheme", "cubic", "unknown scaling scheme")],
+)
+def test_unknown_names_list_choices(field, value, fragment):
+    cfg = optim_cfg(**{field: value})
+    with pytest.raises(ValueError, match=f"{fragment}.*valid choices"):
+        optim.make(cfg, batch_size=32, steps_per_epoch=10, num_epochs=5)
+
+
+def test_unknown_decay_lists_choices():
+    cfg = optim_cfg()
+    cfg.schedule.decay = "step"
+    with pytest.raises(ValueError, match="unknown decay 'step'; valid choices: constant"):
+        optim.make(cfg, batch_size=32, steps_per_epoch=10, num_epochs=5)
+
+
+def test_plain_mapping_config_works():
+    cfg = ml_collections.ConfigDict(
+        {"name": "momentum", "base_lr": 0.1, "base_batch_size": 10, "scheme": "legw",
+         "schedule": {"warmup_epochs": 1.0, "decay": "cosine", "end_value": 0.0}}
+    )  # fmt: skip
+    _, plan = optim.make(cfg, batch_size=40, steps_per_epoch=5, num_epochs=8)
+    assert plan.peak_lr == pytest.approx(0.2) and plan.warmup_epochs == 4.0 / 1 and plan.warmup_steps == 20
