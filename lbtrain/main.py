@@ -19,9 +19,54 @@ from lbtrain.parallel import ShardingError  # noqa: E402
 USER_ERRORS = (ValueError, DataError, ShardingError, FloatingPointError)
 
 
+def _chain(e: BaseException) -> list[BaseException]:
+    """The exception and its causes, outermost first (respecting ``raise ... from None``)."""
+    out = [e]
+    while True:
+        nxt = e.__cause__ if e.__cause__ is not None else (None if e.__suppress_context__ else e.__context__)
+        if nxt is None:
+            return out
+        out.append(nxt)
+        e = nxt
+
+
+def _one_line(e: BaseException) -> str:
+    text = str(e).strip()
+    if len(text) > 1 and text[0] == text[-1] and text[0] in "'\"":
+        text = text[1:-1].replace("\\n", " ").replace("\\'", "'")
+    return " ".join(text.split()) if len(text) < 300 else text.splitlines()[0]
+
+
+def _fail(message: str, code: int = 1):
+    print(f"lbtrain: error: {message}", file=sys.stderr)
+    sys.exit(code)
+
+
+def parse_flags(argv: list[str]) -> list[str]:
+    """absl flag parsing, with a one-line message for a bad config path, arg or override."""
+    for i, a in enumerate(argv):
+        value = a.split("=", 1)[1] if a.startswith("--config=") else (argv[i + 1] if a == "--config" and i + 1 < len(argv) else None)
+        if value is not None and not os.path.isfile(value.split(":", 1)[0]):
+            _fail(f"config file {value.split(':', 1)[0]!r} not found (see configs/ for the available ones)", 2)
+    try:
+        rest = flags.FLAGS(argv)
+        _CONFIG.value.keys()  # loads the file and applies --config.x=y overrides now
+        return rest
+    except (flags.Error, AttributeError, KeyError, TypeError, ValueError, OSError) as e:
+        if os.environ.get("LBTRAIN_TRACEBACK"):
+            raise
+        chain = _chain(e)
+        cause = chain[-1]
+        if isinstance(cause, (AttributeError, KeyError)):
+            hint = next((_one_line(x) for x in chain if "Did you mean" in str(x)), _one_line(cause))
+            bad = [a.split("=")[0] for a in argv if a.startswith("--config.")]
+            _fail(f"unknown config key in {' '.join(bad) or 'an override'}: {hint}", 2)
+        _fail(_one_line(cause), 2)
+
+
 def main(argv) -> None:
     if len(argv) > 1:
-        raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
+        _fail(f"unexpected arguments: {' '.join(argv[1:])}", 2)
     from lbtrain import config_lib, train
 
     try:
@@ -30,13 +75,11 @@ def main(argv) -> None:
     except USER_ERRORS as e:
         if os.environ.get("LBTRAIN_TRACEBACK"):
             raise
-        msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        print(f"lbtrain: error: {msg}", file=sys.stderr)
-        sys.exit(1)
+        _fail(_one_line(e) if str(e).strip() else type(e).__name__)
 
 
 def run() -> None:
-    app.run(main)
+    app.run(main, flags_parser=parse_flags)
 
 
 if __name__ == "__main__":

@@ -64,17 +64,18 @@ class LSTM(nnx.Module):
     def __call__(self, inputs: jax.Array, initial_state: Carry | None = None) -> tuple[jax.Array, Carry]:
         if inputs.ndim != 3:
             raise ValueError(f"LSTM expects (batch, time, features), got shape {inputs.shape}")
-        dtype = self.dtype or self.input_kernel.value.dtype
-        w_x = self.input_kernel.value.astype(dtype)
-        w_h = self.recurrent_kernel.value.astype(dtype)
+        dtype = self.dtype or self.input_kernel[...].dtype
+        w_x = self.input_kernel[...].astype(dtype)
+        w_h = self.recurrent_kernel[...].astype(dtype)
         # All timesteps' input projections in one matmul, laid out time-major for the scan.
-        xw = jnp.einsum("btd,dg->tbg", inputs.astype(dtype), w_x, preferred_element_type=jnp.float32)
-        xw = xw + self.bias.value.astype(jnp.float32)
+        # (Products are cast to float32 after the matmul: XLA:CPU has no bf16 x bf16 -> f32 dot.)
+        xw = jnp.einsum("btd,dg->tbg", inputs.astype(dtype), w_x).astype(jnp.float32)
+        xw = xw + self.bias[...].astype(jnp.float32)
         carry = self.initial_state(inputs.shape[0]) if initial_state is None else initial_state
 
         def step(carry, xw_t):
             c, h = carry
-            z = xw_t + jnp.dot(h.astype(dtype), w_h, preferred_element_type=jnp.float32)
+            z = xw_t + jnp.dot(h.astype(dtype), w_h).astype(jnp.float32)
             i, f, g, o = jnp.split(z, 4, axis=-1)
             c = jax.nn.sigmoid(f) * c + jax.nn.sigmoid(i) * jnp.tanh(g)
             h = jax.nn.sigmoid(o) * jnp.tanh(c)

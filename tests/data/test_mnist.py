@@ -1,0 +1,49 @@
+import numpy as np
+import pytest
+import tensorflow_datasets as tfds
+from ml_collections import ConfigDict
+
+from lbtrain import data
+from lbtrain.data.mnist import DataError, TfdsSource, embedded_mnist
+
+
+def test_embedded_split_is_stratified_fixed_and_disjoint():
+    train, test = embedded_mnist(test_size=1000, split_seed=0)
+    assert len(train) == 4000 and len(test) == 1000
+    assert np.bincount(test[np.arange(1000)]["label"]).tolist() == [100] * 10
+    assert np.bincount(train[np.arange(4000)]["label"]).tolist() == [400] * 10
+    tr, te = train[np.arange(4000)]["image"], test[np.arange(1000)]["image"]
+    assert tr.shape == (4000, 28, 28) and tr.dtype == np.uint8 and tr.max() == 255
+    # disjoint: no test image appears in train (compare raw bytes)
+    assert not {t.tobytes() for t in te} & {t.tobytes() for t in tr}
+    _, again = embedded_mnist(test_size=1000, split_seed=0)
+    np.testing.assert_array_equal(again[np.arange(1000)]["image"], te)
+    _, other = embedded_mnist(test_size=1000, split_seed=1)
+    assert not np.array_equal(other[np.arange(1000)]["image"], te)
+
+
+def test_embedded_test_size_must_be_stratifiable():
+    with pytest.raises(DataError, match="multiple of 10"):
+        embedded_mnist(test_size=1005)
+
+
+def test_tfds_source_through_data_source_with_mock_data():
+    cfg = ConfigDict({"name": "mnist", "source": "tfds", "data_dir": ""})
+    with tfds.testing.mock_data(num_examples=24):
+        train, test = data.make(cfg)
+        assert len(train) == 24 and len(test) == 24
+        batch = train[np.array([3, 0, 7])]
+    assert batch["image"].shape == (3, 28, 28) and batch["image"].dtype == np.uint8
+    assert batch["label"].dtype == np.int32 and batch["label"].min() >= 0 and batch["label"].max() < 10
+
+
+def test_missing_tfds_data_is_one_clear_error(tmp_path):
+    with pytest.raises(DataError, match=r"not prepared in .*tfds build mnist"):
+        TfdsSource("mnist", "train", str(tmp_path))
+
+
+def test_unknown_names():
+    with pytest.raises(DataError, match="valid choices: mnist"):
+        data.make(ConfigDict({"name": "cifar", "source": "embedded"}))
+    with pytest.raises(DataError, match="valid choices: embedded, tfds"):
+        data.make(ConfigDict({"name": "mnist", "source": "kaggle"}))

@@ -1,0 +1,72 @@
+"""The same step on 1 and on 8 (simulated CPU) devices gives the same loss and params."""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+SCRIPT = textwrap.dedent(
+    """
+    import json, os, sys
+    import jax, numpy as np
+    from lbtrain import config_lib, parallel, tasks, train
+    from lbtrain.data.batching import ArraySource, TrainBatches
+
+    assert len(jax.devices()) == 8, jax.devices()
+    rng = np.random.default_rng(0)
+    src = ArraySource(image=rng.integers(0, 256, (256, 28, 28)).astype(np.uint8),
+                      label=rng.integers(0, 10, 256).astype(np.int32))
+    out = {}
+    for optimizer in ["momentum", "lars"]:
+        cfg = config_lib.load_config("configs/mnist_lstm.py:runlocal=True,batch=64")
+        cfg.unlock(); cfg.optim.name = optimizer; cfg.optim.base_batch_size = 64
+        cfg.optim.schedule.warmup_epochs = 0.0
+        if optimizer == "lars":
+            cfg.optim.base_lr = 2.0
+        batches = TrainBatches(src, 64, seed=0)
+        results = {}
+        for n in (1, 8):
+            mesh = parallel.make_mesh(n)
+            state, setup = train.init_state(cfg, batches.steps_per_epoch, mesh)
+            step = jax.jit(train.make_train_step(setup.train_graphdef, setup.tx, tasks.make("classification")),
+                           in_shardings=(parallel.replicated(mesh), parallel.batch_sharding(mesh)),
+                           out_shardings=(parallel.replicated(mesh), parallel.replicated(mesh)),
+                           donate_argnums=(0,))
+            losses = []
+            with jax.set_mesh(mesh):
+                for s in range(3):
+                    batch = parallel.to_global(batches.batch_at(s), mesh)
+                    if n == 8:
+                        assert len(batch["image"].sharding.device_set) == 8
+                    state, metrics = step(state, batch)
+                    losses.append(float(metrics["loss"]))
+            results[n] = (losses, jax.tree.map(np.asarray, jax.device_get(state.params)))
+        (l1, p1), (l8, p8) = results[1], results[8]
+        out[optimizer] = {
+            "loss_diff": max(abs(a - b) for a, b in zip(l1, l8)),
+            "param_diff": max(float(np.max(np.abs(a - b))) for a, b in zip(jax.tree.leaves(p1), jax.tree.leaves(p8))),
+            "param_change": max(float(np.max(np.abs(a))) for a in jax.tree.leaves(p1)),
+            "losses": l1,
+        }
+    try:
+        parallel.per_device_batch(12, parallel.make_mesh(8))
+    except parallel.ShardingError as e:
+        out["error"] = str(e)
+    print(json.dumps(out))
+    """
+)
+
+
+def test_one_device_equals_eight_devices():
+    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8")
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    proc = subprocess.run([sys.executable, "-c", SCRIPT], env=env, cwd=root, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    for optimizer in ("momentum", "lars"):
+        r = out[optimizer]
+        assert r["loss_diff"] < 1e-5, r
+        assert r["param_diff"] < 1e-5, r
+        assert r["losses"][0] != r["losses"][2]  # the steps really trained
+    assert out["error"] == "batch_size=12 is not divisible by the 8 devices: use a multiple of 8 (e.g. 8 or 16)"
