@@ -19,7 +19,8 @@ On a Cloud TPU VM (repo copied to ~/lbtrain, installed with `pip install -e '.[o
      --workdir=gs://$BUCKET/mnist_8k_legw"
 
 Arg keys: batch (global batch; default = the base batch), scheme (legw | linear | sqrt | none),
-source (embedded | tfds), runlocal (tiny model and budget for smoke tests).
+source (embedded | tfds), epochs (epoch budget; default = the recipe's), runlocal (tiny model and
+budget for smoke tests).
 """
 
 import ml_collections
@@ -28,13 +29,13 @@ from lbtrain import config_lib
 
 # Per data source: (base batch B0, base peak LR, base warmup epochs W0, epochs, eval batch)
 RECIPES = {
-    "embedded": dict(base_batch=16, base_lr=0.05, warmup_epochs=0.25, epochs=20, eval_batch=1000),
+    "embedded": dict(base_batch=16, base_lr=0.1, warmup_epochs=0.25, epochs=40, eval_batch=1000),
     "tfds": dict(base_batch=128, base_lr=0.1, warmup_epochs=0.125, epochs=25, eval_batch=1000),
 }
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
-    a = config_lib.parse_arg(arg, batch=0, scheme="legw", source="embedded", runlocal=False)
+    a = config_lib.parse_arg(arg, batch=0, scheme="legw", source="embedded", epochs=0, runlocal=False)
     if a.source not in RECIPES:
         raise config_lib.ConfigError(f"unknown source {a.source!r}; valid choices: {', '.join(RECIPES)}")
     r = RECIPES[a.source]
@@ -44,7 +45,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     config.task = "classification"
     config.batch_size = a.batch or r["base_batch"]  # global batch over all devices and processes
     config.eval_batch_size = r["eval_batch"]  # multiple of the device count; last batch padded + masked
-    config.num_epochs = r["epochs"]
+    config.num_epochs = a.epochs or r["epochs"]  # the epoch budget, the same at every batch size
     config.eval_every_epochs = 1.0
     config.log_every_steps = 50
     config.num_devices = 0  # 0 = all visible devices

@@ -200,7 +200,8 @@ def train_and_evaluate(config, workdir: str) -> dict[str, Any]:
                 history.append({"step": step, **ev})
                 if writer_enabled:
                     print(f"eval @ step {step} (epoch {ev['epoch']:.2f}): "
-                          + " | ".join(f"{k} {v:.4f}" for k, v in ev.items() if k not in ("epoch", "step")),
+                          + " | ".join(f"{k} {v:.4f}" if isinstance(v, float) else f"{k} {v}"
+                                       for k, v in ev.items() if k not in ("epoch", "step")),
                           flush=True)  # fmt: skip
                 t_seg = time.perf_counter()
                 progress.start(step)

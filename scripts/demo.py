@@ -27,7 +27,10 @@ def _run(arg: str, name: str) -> dict:
     config = config_lib.load_config(f"{_CONFIG.value}:{arg}")
     print(f"\n=== {name}: {_CONFIG.value}:{arg} ===", flush=True)
     result = train.train_and_evaluate(config, os.path.join(_WORKDIR.value, name))
-    return {"name": name, "batch": config.batch_size, **result["plan"], **result["final"], "time": result["train_time_s"]}
+    row = {"name": name, "batch": config.batch_size, **result["plan"], **result["final"], "time": result["train_time_s"]}
+    if row["batch_size"] == row["base_batch_size"]:
+        row["scheme"] = "(base)"  # every scheme is the base recipe at k = 1
+    return row
 
 
 def main(argv) -> None:

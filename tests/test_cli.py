@@ -45,7 +45,7 @@ def test_run_with_overrides(tmp_path):
          "unknown optim.name 'adamm'; valid choices: sgd, momentum"),
         (["--config=configs/mnist_lstm.py:runlocal=True", "--config.optim.schedule.decay=step"],
          "unknown optim.schedule.decay 'step'; valid choices: constant, poly"),
-        (["--config=configs/mnist_lstm.py:bach=64"], "unknown config arg 'bach'; valid keys: batch"),
+        (["--config=configs/mnist_lstm.py:bach=64"], "unknown config arg 'bach'; valid keys: batch, scheme, source, epochs"),
         (["--config=configs/mnist_lsmt.py"], "config file 'configs/mnist_lsmt.py' not found"),
     ],
 )  # fmt: skip

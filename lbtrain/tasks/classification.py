@@ -28,4 +28,4 @@ class ClassificationTask:
     @staticmethod
     def summarize(sums: dict[str, float]) -> dict[str, float]:
         count = max(sums["count"], 1.0)
-        return {"loss": sums["loss_sum"] / count, "accuracy": sums["correct"] / count, "examples": sums["count"]}
+        return {"loss": sums["loss_sum"] / count, "accuracy": sums["correct"] / count, "examples": int(sums["count"])}
