@@ -20,6 +20,7 @@ is outside the default weight-decay and trust-ratio masks.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from functools import partial
 
 import jax
 import jax.numpy as jnp
@@ -32,7 +33,8 @@ class LSTM(nnx.Module):
     """One LSTM layer over a whole sequence ``(batch, time, features) -> (batch, time, hidden)``.
 
     ``dtype`` is the compute dtype of the matmuls (e.g. bfloat16 on accelerators); gate arithmetic
-    and the cell state stay in float32. ``unroll`` is passed to ``lax.scan``.
+    and the cell state stay in float32. ``unroll`` is passed to ``lax.scan``. ``custom_backward``
+    selects the hand-written backward pass of :func:`lstm_recurrence` (same numbers, fewer small matmuls).
     """
 
     def __init__(
@@ -47,10 +49,12 @@ class LSTM(nnx.Module):
         forget_bias: float = 1.0,
         kernel_init=nnx.initializers.glorot_uniform(),
         recurrent_init=nnx.initializers.orthogonal(),
+        custom_backward: bool = True,
     ):
         h4 = 4 * hidden_size
         self.hidden_size = hidden_size
         self.unroll = unroll
+        self.custom_backward = custom_backward
         self.dtype = dtype
         self.input_kernel = nnx.Param(kernel_init(rngs.params(), (in_features, h4), param_dtype))
         self.recurrent_kernel = nnx.Param(recurrent_init(rngs.params(), (hidden_size, h4), param_dtype))
@@ -71,18 +75,81 @@ class LSTM(nnx.Module):
         # (Products are cast to float32 after the matmul: XLA:CPU has no bf16 x bf16 -> f32 dot.)
         xw = jnp.einsum("btd,dg->tbg", inputs.astype(dtype), w_x).astype(jnp.float32)
         xw = xw + self.bias[...].astype(jnp.float32)
-        carry = self.initial_state(inputs.shape[0]) if initial_state is None else initial_state
+        c0, h0 = self.initial_state(inputs.shape[0]) if initial_state is None else initial_state
+        c0, h0 = c0.astype(jnp.float32), h0.astype(jnp.float32)
+        if self.custom_backward:
+            hs, c, h = lstm_recurrence(xw, w_h, c0, h0, self.unroll)
+        else:  # plain autodiff through the scan (kept for comparison; see docs/performance.md)
+            (c, h), hs = _forward(xw, w_h, c0, h0, self.unroll, keep=False)
+        return jnp.swapaxes(hs, 0, 1).astype(dtype), (c, h)
 
-        def step(carry, xw_t):
-            c, h = carry
-            z = xw_t + jnp.dot(h.astype(dtype), w_h).astype(jnp.float32)
-            i, f, g, o = jnp.split(z, 4, axis=-1)
-            c = jax.nn.sigmoid(f) * c + jax.nn.sigmoid(i) * jnp.tanh(g)
-            h = jax.nn.sigmoid(o) * jnp.tanh(c)
-            return (c, h), h
 
-        carry, hs = jax.lax.scan(step, carry, xw, unroll=self.unroll)
-        return jnp.swapaxes(hs, 0, 1).astype(dtype), carry
+def _cell(z, c):
+    """Gate activations (i, f, g, o) and the new cell state from pre-activations ``z`` (float32)."""
+    i, f, g, o = jnp.split(z, 4, axis=-1)
+    i, f, g, o = jax.nn.sigmoid(i), jax.nn.sigmoid(f), jnp.tanh(g), jax.nn.sigmoid(o)
+    c = f * c + i * g
+    return (i, f, g, o), c
+
+
+def _forward(xw, w_h, c0, h0, unroll, keep):
+    def step(carry, xw_t):
+        c, h = carry
+        z = xw_t + jnp.dot(h.astype(w_h.dtype), w_h).astype(jnp.float32)
+        (i, f, g, o), c = _cell(z, c)
+        h = o * jnp.tanh(c)
+        return (c, h), ((h, c, jnp.concatenate([i, f, g, o], -1)) if keep else h)
+
+    (c, h), out = jax.lax.scan(step, (c0, h0), xw, unroll=unroll)
+    return (c, h), out
+
+
+@partial(jax.custom_vjp, nondiff_argnums=(4,))
+def lstm_recurrence(xw, w_h, c0, h0, unroll=1):
+    """The LSTM time loop given the hoisted input projections.
+
+    ``xw``: ``(T, B, 4H)`` float32 = ``x_t @ W_x + b`` for every step; ``w_h``: ``(H, 4H)`` in the
+    compute dtype; ``c0``, ``h0``: ``(B, H)`` float32. Returns ``(hs (T, B, H), c_T, h_T)``.
+
+    Its backward pass (a custom VJP) runs the reverse time loop only for what is sequential (the
+    gate gradients and ``dz_t @ W_h^T``), then forms the recurrent weight gradient as *one* matmul
+    over all timesteps, ``dW_h = sum_t h_{t-1}^T dz_t``, instead of T small accumulations.
+    """
+    (c, h), hs = _forward(xw, w_h, c0, h0, unroll, keep=False)
+    return hs, c, h
+
+
+def _recurrence_fwd(xw, w_h, c0, h0, unroll):
+    (c, h), (hs, cs, gates) = _forward(xw, w_h, c0, h0, unroll, keep=True)
+    return (hs, c, h), (hs, cs, gates, c0, h0, w_h)
+
+
+def _recurrence_bwd(unroll, residuals, cotangents):
+    hs, cs, gates, c0, h0, w_h = residuals
+    d_hs, d_c, d_h = cotangents
+    c_prev = jnp.concatenate([c0[None], cs[:-1]], 0)
+    h_prev = jnp.concatenate([h0[None], hs[:-1]], 0)
+
+    def step(carry, inputs):
+        dc, dh_next = carry
+        d_out, c, cp, gate = inputs
+        i, f, g, o = jnp.split(gate, 4, axis=-1)
+        dh = d_out + dh_next
+        tanh_c = jnp.tanh(c)
+        dc = dc + dh * o * (1.0 - tanh_c * tanh_c)
+        dz = jnp.concatenate(
+            [dc * g * i * (1.0 - i), dc * cp * f * (1.0 - f), dc * i * (1.0 - g * g), dh * tanh_c * o * (1.0 - o)], -1
+        )
+        dh_prev = jnp.dot(dz.astype(w_h.dtype), w_h.T).astype(jnp.float32)
+        return (dc * f, dh_prev), dz
+
+    (dc0, dh0), dz = jax.lax.scan(step, (d_c, d_h), (d_hs.astype(jnp.float32), cs, c_prev, gates),
+                                  reverse=True, unroll=unroll)  # fmt: skip
+    d_w_h = jnp.einsum("tbh,tbg->hg", h_prev.astype(w_h.dtype), dz.astype(w_h.dtype)).astype(w_h.dtype)
+    return dz, d_w_h, dc0, dh0
+
+
+lstm_recurrence.defvjp(_recurrence_fwd, _recurrence_bwd)
 
 
 class LSTMStack(nnx.Module):
