@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import functools
 import json
+import re
 import statistics
 import sys
 import time
@@ -25,13 +26,14 @@ _BATCHES = flags.DEFINE_list("batches", ["20", "640"], "Batch sizes.")
 _IMPLS = flags.DEFINE_list(
     "impls", ["lbtrain", "flax", "torch"],
     "Implementations to time: lbtrain, flax, torch, and the ablations lbtrain-autodiff-head, "
-    "lbtrain-autodiff-scan, lbtrain-autodiff-both.",
+    "lbtrain-autodiff-scan, lbtrain-autodiff-both, lbtrain-batch-major.",
 )  # fmt: skip
 _ROUNDS = flags.DEFINE_integer("rounds", 5, "Timed rounds (median reported).")
 _MIN_TIME = flags.DEFINE_float("min_time", 0.5, "Each timing repeats the step until this many seconds pass.")
 _DTYPES = flags.DEFINE_list("dtypes", [], "Compute dtypes; default float32 on CPU, float32 and bfloat16 on GPU.")
 _UNROLL = flags.DEFINE_integer("unroll", 0, "lax.scan unroll for lbtrain (0 = the model default).")
 _JSON = flags.DEFINE_string("json", "", "Also write the results to this JSON file.")
+_PROFILE = flags.DEFINE_integer("profile", 0, "Also profile lbtrain's step at the first size/batch; print the top N ops.")
 
 VOCAB = 10_000
 SIZES = {"small": (200, 20), "medium": (650, 35)}  # hidden (= embedding) size, BPTT window
@@ -49,7 +51,7 @@ def step_flops(hidden: int, batch: int, steps: int, vocab: int = VOCAB, layers: 
 # ----------------------------------------------------------------------------------------- JAX side
 
 
-def _jax_step(model, tokens, targets, use_loss_method=False):
+def _jax_step(model, tokens, targets, use_loss_method=False, time_major=True):
     import jax
     import jax.numpy as jnp
     import optax
@@ -60,7 +62,7 @@ def _jax_step(model, tokens, targets, use_loss_method=False):
     def loss_fn(p, r, x, y):
         m = nnx.merge(graphdef, p, r)
         if use_loss_method:  # lbtrain: the model's fused softmax cross-entropy
-            nll, count, _ = m.loss(x, y)
+            nll, count, _ = m.loss(x, y, time_major=time_major)
             return nll / count
         logits = m(x)
         logits = logits[0] if isinstance(logits, tuple) else logits
@@ -77,10 +79,11 @@ def _jax_step(model, tokens, targets, use_loss_method=False):
         state["p"], loss = step(state["p"], rest, tokens, targets)
         return loss
 
+    run.hlo_text = lambda: step.lower(state["p"], rest, tokens, targets).compile().as_text()
     return run
 
 
-def make_lbtrain(hidden, batch, steps, dtype, fused_head=True, custom_backward=True):
+def make_lbtrain(hidden, batch, steps, dtype, fused_head=True, custom_backward=True, time_major=True):
     import jax.numpy as jnp
     from flax import nnx
 
@@ -90,7 +93,7 @@ def make_lbtrain(hidden, batch, steps, dtype, fused_head=True, custom_backward=T
     model = LSTMLanguageModel(rngs=nnx.Rngs(0), vocab_size=VOCAB, hidden_size=hidden, num_layers=LAYERS,
                               dtype=None if dtype == "float32" else jnp.dtype(dtype),
                               custom_backward=custom_backward, **kw)  # fmt: skip
-    return _jax_step(model, *_tokens_jax(batch, steps), use_loss_method=fused_head)
+    return _jax_step(model, *_tokens_jax(batch, steps), use_loss_method=fused_head, time_major=time_major)
 
 
 # Ablations of lbtrain's optimisations (for docs/performance.md): each turns one of them off.
@@ -98,6 +101,7 @@ ABLATIONS = {
     "lbtrain-autodiff-head": dict(fused_head=False),
     "lbtrain-autodiff-scan": dict(custom_backward=False),
     "lbtrain-autodiff-both": dict(fused_head=False, custom_backward=False),
+    "lbtrain-batch-major": dict(time_major=False),
 }
 
 
@@ -247,9 +251,9 @@ def main(argv):
             impls.remove("torch")
     makers = {"lbtrain": make_lbtrain, "flax": make_flax, "torch": make_torch}
     makers.update({name: functools.partial(make_lbtrain, **kw) for name, kw in ABLATIONS.items()})
-    peak = measure_matmul_peak()
-    machine_peak = max(peak.values())
-    print(f"platform: {platform} | matmul peak fp32: " + ", ".join(f"{k} {v:.1f} GFLOP/s" for k, v in peak.items()))
+    # The peak is the best of repeated measurements (one per round), since a busy moment only lowers it.
+    peaks = {k: [v] for k, v in measure_matmul_peak().items()}
+    print(f"platform: {platform} | impls: {', '.join(impls)}", flush=True)
     results = []
     for size in _SIZES.value:
         hidden, steps = SIZES[size]
@@ -263,26 +267,81 @@ def main(argv):
                 for _ in range(_ROUNDS.value):
                     for name, run in runs.items():
                         times[name].append(_time(run, lambda v, n=name: _block(n, v), _MIN_TIME.value))
+                    for k, v in measure_matmul_peak(seconds=0.3).items():
+                        peaks[k].append(v)
                 flops = step_flops(hidden, batch, steps)
                 row = {"size": size, "hidden": hidden, "steps": steps, "batch": batch, "dtype": dtype,
                        "step_gflop": flops / 1e9}  # fmt: skip
                 for name in impls:
                     sec = statistics.median(times[name])
-                    row[name] = {"tokens_per_s": batch * steps / sec, "step_ms": 1e3 * sec,
-                                 "gflops": flops / sec / 1e9, "peak_fraction": flops / sec / 1e9 / machine_peak}  # fmt: skip
+                    row[name] = {"tokens_per_s": batch * steps / sec, "step_ms": 1e3 * sec, "gflops": flops / sec / 1e9}
                 for other in ("torch", "flax"):
                     if "lbtrain" in row and other in row:
                         row[f"lbtrain_over_{other}"] = row["lbtrain"]["tokens_per_s"] / row[other]["tokens_per_s"]
                 results.append(row)
-                cells = " | ".join(f"{n} {row[n]['tokens_per_s']:,.0f} tok/s ({100 * row[n]['peak_fraction']:.0f}% peak)"
-                                   for n in impls)  # fmt: skip
+                cells = " | ".join(f"{n} {row[n]['tokens_per_s']:,.0f} tok/s" for n in impls)
                 ratios = " | ".join(f"lbtrain/{o} {row[f'lbtrain_over_{o}']:.2f}x" for o in ("torch", "flax")
                                     if f"lbtrain_over_{o}" in row)  # fmt: skip
                 print(f"{size:6s} batch {batch:4d} {dtype:8s} {flops / 1e9:7.1f} GFLOP/step | {cells} | {ratios}",
                       flush=True)  # fmt: skip
+    peak = {k: max(v) for k, v in peaks.items()}
+    machine_peak = max(peak.values())
+    print("\nmatmul peak fp32 (best of %d measurements): " % len(peaks["jax"])
+          + ", ".join(f"{k} {v:.0f} GFLOP/s" for k, v in peak.items()))  # fmt: skip
+    print("| size | batch | dtype | " + " | ".join(f"{n} tok/s (% peak)" for n in impls) + " | lbtrain/torch | lbtrain/flax |")
+    print("|---" * (5 + len(impls)) + "|")
+    for row in results:
+        for name in impls:
+            row[name]["peak_fraction"] = row[name]["gflops"] / machine_peak
+        cells = " | ".join(f"{row[n]['tokens_per_s']:,.0f} ({100 * row[n]['peak_fraction']:.0f} %)" for n in impls)
+        ratio = lambda o: f"{row[f'lbtrain_over_{o}']:.2f}x" if f"lbtrain_over_{o}" in row else "-"  # noqa: E731
+        print(f"| {row['size']} | {row['batch']} | {row['dtype']} | {cells} | {ratio('torch')} | {ratio('flax')} |")
     if _JSON.value:
         with open(_JSON.value, "w") as f:
             json.dump({"platform": platform, "matmul_peak_gflops": peak, "results": results}, f, indent=2)
+    if _PROFILE.value:
+        profile_lbtrain(*SIZES[_SIZES.value[0]], int(_BATCHES.value[0]), dtypes[0], top=_PROFILE.value)
+
+
+def profile_lbtrain(hidden: int, steps: int, batch: int, dtype: str, top: int) -> None:
+    """Where the time of one lbtrain step goes: per-op durations from a JAX profiler trace.
+
+    Ops running concurrently on other threads overlap, so the column sums to more than the step."""
+    import collections
+    import glob
+    import gzip
+    import tempfile
+
+    import jax
+
+    run = make_lbtrain(hidden, batch, steps, dtype)
+    for _ in range(2):
+        _block_jax(run())
+    reps = 3
+    with tempfile.TemporaryDirectory() as d:
+        jax.profiler.start_trace(d, create_perfetto_trace=True)
+        start = time.perf_counter()
+        for _ in range(reps):
+            _block_jax(run())
+        wall = (time.perf_counter() - start) / reps
+        jax.profiler.stop_trace()
+        events = json.load(gzip.open(glob.glob(f"{d}/**/*.trace.json.gz", recursive=True)[0]))["traceEvents"]
+    total, count = collections.defaultdict(float), collections.Counter()
+    for e in events:
+        if e.get("ph") == "X" and not e["name"].startswith(("ThunkExecutor", "$", "PjitFunction", "Slinky")):
+            total[e["name"]] += e["dur"] / 1e3 / reps
+            count[e["name"]] += 1
+    # name -> (result shape, the jax op it came from), from the optimised HLO
+    described = {}
+    for line in run.hlo_text().splitlines():
+        m = re.match(r"\s*(?:ROOT )?%([\w.\-]+) = (\S+) .*?(?:op_name=\"([^\"]+)\")?", line)
+        if m and m.group(1) in total:
+            op = re.search(r'op_name="([^"]+)"', line)
+            described[m.group(1)] = (m.group(2).split("{")[0], op.group(1).split("/", 1)[-1] if op else "")
+    print(f"\nprofile of one lbtrain step (hidden {hidden}, T {steps}, batch {batch}, {dtype}): {1e3 * wall:.1f} ms wall")
+    for name, ms in sorted(total.items(), key=lambda kv: -kv[1])[:top]:
+        shape, op = described.get(name, ("", ""))
+        print(f"  {ms:8.2f} ms  {count[name] // reps:4d} calls  {name:28s} {shape:22s} {op[-70:]}")
 
 
 if __name__ == "__main__":

@@ -4,7 +4,8 @@ For a language model the output layer is the largest matmul of the step (``N x H
 autodiff version builds the softmax gradient through a scatter (``take_along_axis``) and places the
 weight-gradient matmul badly; here the backward pass is written out: ``d = (softmax - onehot) * w``,
 ``dh = d @ W``, ``dW = d^T @ h``, ``db = sum(d)``, with the kernel stored ``(V, H)`` (the embedding
-layout, so it can be tied) so that all three matmuls take XLA's fast path.
+layout, so it can be tied) so that all three matmuls take XLA's fast path; the one-hot of the targets
+is never materialised (a scatter of N values replaces an N x V array).
 """
 
 from __future__ import annotations
@@ -13,8 +14,8 @@ import jax
 import jax.numpy as jnp
 
 
-def _logits(h, kernel, bias):
-    return jnp.dot(h, kernel.astype(h.dtype).T).astype(jnp.float32) + bias.astype(jnp.float32)
+def _matmul(h, kernel):
+    return jnp.dot(h, kernel.astype(h.dtype).T).astype(jnp.float32)
 
 
 @jax.custom_vjp
@@ -28,21 +29,25 @@ def softmax_cross_entropy_head(h, kernel, bias, targets, weights):
 
 
 def _forward(h, kernel, bias, targets, weights):
-    logits = _logits(h, kernel, bias)
-    lse = jax.nn.logsumexp(logits, axis=-1)
-    picked = jnp.take_along_axis(logits, targets[:, None], axis=-1)[:, 0]
-    return jnp.sum((lse - picked) * weights), (logits, lse)
+    # The bias is added inside the reductions and the backward exp, never written out as N x V logits.
+    raw = _matmul(h, kernel)
+    b = bias.astype(jnp.float32)
+    lse = jax.nn.logsumexp(raw + b, axis=-1)
+    picked = jnp.take_along_axis(raw, targets[:, None], axis=-1)[:, 0] + b[targets]
+    return jnp.sum((lse - picked) * weights), (raw, lse)
 
 
 def _fwd(h, kernel, bias, targets, weights):
-    loss, (logits, lse) = _forward(h, kernel, bias, targets, weights)
-    return loss, (h, kernel, bias, targets, weights, logits, lse)
+    loss, (raw, lse) = _forward(h, kernel, bias, targets, weights)
+    return loss, (h, kernel, bias, targets, weights, raw, lse)
 
 
 def _bwd(residuals, g):
-    h, kernel, bias, targets, weights, logits, lse = residuals
-    onehot = jnp.arange(logits.shape[-1])[None, :] == targets[:, None]
-    d = (jnp.exp(logits - lse[:, None]) - onehot) * (weights * g)[:, None]
+    h, kernel, bias, targets, weights, raw, lse = residuals
+    scale = weights * g
+    # softmax * scale, then subtract scale at each row's target: an N-element scatter, not an N x V one-hot
+    d = jnp.exp(raw + bias.astype(jnp.float32) - lse[:, None]) * scale[:, None]
+    d = d.at[jnp.arange(d.shape[0]), targets].add(-scale, unique_indices=True, indices_are_sorted=True)
     dc = d.astype(h.dtype)
     d_h = jnp.dot(dc, kernel.astype(h.dtype)).astype(h.dtype)
     d_kernel = jnp.dot(dc.T, h).astype(kernel.dtype)

@@ -65,7 +65,11 @@ class LSTM(nnx.Module):
         zeros = jnp.zeros((batch_size, self.hidden_size), jnp.float32)
         return zeros, zeros
 
-    def __call__(self, inputs: jax.Array, initial_state: Carry | None = None) -> tuple[jax.Array, Carry]:
+    def __call__(
+        self, inputs: jax.Array, initial_state: Carry | None = None, *, time_major: bool = False
+    ) -> tuple[jax.Array, Carry]:
+        """``inputs``: ``(batch, time, features)``, or ``(time, batch, features)`` with ``time_major``
+        (the outputs follow the same layout; stacks stay time-major to avoid transposes)."""
         if inputs.ndim != 3:
             raise ValueError(f"LSTM expects (batch, time, features), got shape {inputs.shape}")
         dtype = self.dtype or self.input_kernel[...].dtype
@@ -73,15 +77,17 @@ class LSTM(nnx.Module):
         w_h = self.recurrent_kernel[...].astype(dtype)
         # All timesteps' input projections in one matmul, laid out time-major for the scan.
         # (Products are cast to float32 after the matmul: XLA:CPU has no bf16 x bf16 -> f32 dot.)
-        xw = jnp.einsum("btd,dg->tbg", inputs.astype(dtype), w_x).astype(jnp.float32)
-        xw = xw + self.bias[...].astype(jnp.float32)
-        c0, h0 = self.initial_state(inputs.shape[0]) if initial_state is None else initial_state
+        spec = "tbd,dg->tbg" if time_major else "btd,dg->tbg"
+        xw = jnp.einsum(spec, inputs.astype(dtype), w_x).astype(jnp.float32)
+        b = self.bias[...].astype(jnp.float32)
+        batch = inputs.shape[1] if time_major else inputs.shape[0]
+        c0, h0 = self.initial_state(batch) if initial_state is None else initial_state
         c0, h0 = c0.astype(jnp.float32), h0.astype(jnp.float32)
         if self.custom_backward:
-            hs, c, h = lstm_recurrence(xw, w_h, c0, h0, self.unroll)
+            hs, c, h = lstm_recurrence(xw, w_h, b, c0, h0, self.unroll)
         else:  # plain autodiff through the scan (kept for comparison; see docs/performance.md)
-            (c, h), hs = _forward(xw, w_h, c0, h0, self.unroll, keep=False)
-        return jnp.swapaxes(hs, 0, 1).astype(dtype), (c, h)
+            (c, h), hs = _forward(xw, w_h, b, c0, h0, self.unroll, keep=False)
+        return (hs if time_major else jnp.swapaxes(hs, 0, 1)).astype(dtype), (c, h)
 
 
 def _cell(z, c):
@@ -92,47 +98,48 @@ def _cell(z, c):
     return (i, f, g, o), c
 
 
-def _forward(xw, w_h, c0, h0, unroll, keep):
+def _forward(xw, w_h, b, c0, h0, unroll, keep):
     def step(carry, xw_t):
-        c, h = carry
-        z = xw_t + jnp.dot(h.astype(w_h.dtype), w_h).astype(jnp.float32)
-        (i, f, g, o), c = _cell(z, c)
+        c_prev, h = carry
+        # The bias is added here, inside the step's fusion, not as a pass over all of xw.
+        z = xw_t + jnp.dot(h.astype(w_h.dtype), w_h).astype(jnp.float32) + b
+        (i, f, g, o), c = _cell(z, c_prev)
         h = o * jnp.tanh(c)
-        return (c, h), ((h, c, jnp.concatenate([i, f, g, o], -1)) if keep else h)
+        return (c, h), ((h, c_prev, jnp.concatenate([i, f, g, o], -1)) if keep else h)
 
     (c, h), out = jax.lax.scan(step, (c0, h0), xw, unroll=unroll)
     return (c, h), out
 
 
-@partial(jax.custom_vjp, nondiff_argnums=(4,))
-def lstm_recurrence(xw, w_h, c0, h0, unroll=1):
+@partial(jax.custom_vjp, nondiff_argnums=(5,))
+def lstm_recurrence(xw, w_h, b, c0, h0, unroll=1):
     """The LSTM time loop given the hoisted input projections.
 
-    ``xw``: ``(T, B, 4H)`` float32 = ``x_t @ W_x + b`` for every step; ``w_h``: ``(H, 4H)`` in the
-    compute dtype; ``c0``, ``h0``: ``(B, H)`` float32. Returns ``(hs (T, B, H), c_T, h_T)``.
+    ``xw``: ``(T, B, 4H)`` float32 = ``x_t @ W_x`` for every step; ``w_h``: ``(H, 4H)`` in the compute
+    dtype; ``b``: ``(4H,)`` float32; ``c0``, ``h0``: ``(B, H)`` float32. Returns ``(hs (T, B, H), c_T, h_T)``.
 
     Its backward pass (a custom VJP) runs the reverse time loop only for what is sequential (the
     gate gradients and ``dz_t @ W_h^T``), then forms the recurrent weight gradient as *one* matmul
-    over all timesteps, ``dW_h = sum_t h_{t-1}^T dz_t``, instead of T small accumulations.
+    over all timesteps, ``dW_h = sum_t h_{t-1}^T dz_t``, instead of T small accumulations. The forward
+    pass keeps ``c_{t-1}`` per step; the backward loop carries ``c_t`` down from ``c_T``.
     """
-    (c, h), hs = _forward(xw, w_h, c0, h0, unroll, keep=False)
+    (c, h), hs = _forward(xw, w_h, b, c0, h0, unroll, keep=False)
     return hs, c, h
 
 
-def _recurrence_fwd(xw, w_h, c0, h0, unroll):
-    (c, h), (hs, cs, gates) = _forward(xw, w_h, c0, h0, unroll, keep=True)
-    return (hs, c, h), (hs, cs, gates, c0, h0, w_h)
+def _recurrence_fwd(xw, w_h, b, c0, h0, unroll):
+    (c, h), (hs, c_prev, gates) = _forward(xw, w_h, b, c0, h0, unroll, keep=True)
+    return (hs, c, h), (hs, c_prev, gates, c, h0, w_h)
 
 
 def _recurrence_bwd(unroll, residuals, cotangents):
-    hs, cs, gates, c0, h0, w_h = residuals
+    hs, c_prev, gates, c_last, h0, w_h = residuals
     d_hs, d_c, d_h = cotangents
-    c_prev = jnp.concatenate([c0[None], cs[:-1]], 0)
     h_prev = jnp.concatenate([h0[None], hs[:-1]], 0)
 
     def step(carry, inputs):
-        dc, dh_next = carry
-        d_out, c, cp, gate = inputs
+        dc, dh_next, c = carry
+        d_out, cp, gate = inputs
         i, f, g, o = jnp.split(gate, 4, axis=-1)
         dh = d_out + dh_next
         tanh_c = jnp.tanh(c)
@@ -141,12 +148,12 @@ def _recurrence_bwd(unroll, residuals, cotangents):
             [dc * g * i * (1.0 - i), dc * cp * f * (1.0 - f), dc * i * (1.0 - g * g), dh * tanh_c * o * (1.0 - o)], -1
         )
         dh_prev = jnp.dot(dz.astype(w_h.dtype), w_h.T).astype(jnp.float32)
-        return (dc * f, dh_prev), dz
+        return (dc * f, dh_prev, cp), dz
 
-    (dc0, dh0), dz = jax.lax.scan(step, (d_c, d_h), (d_hs.astype(jnp.float32), cs, c_prev, gates),
-                                  reverse=True, unroll=unroll)  # fmt: skip
+    (dc0, dh0, _), dz = jax.lax.scan(step, (d_c, d_h, c_last), (d_hs.astype(jnp.float32), c_prev, gates),
+                                     reverse=True, unroll=unroll)  # fmt: skip
     d_w_h = jnp.einsum("tbh,tbg->hg", h_prev.astype(w_h.dtype), dz.astype(w_h.dtype)).astype(w_h.dtype)
-    return dz, d_w_h, dc0, dh0
+    return dz, d_w_h, jnp.sum(dz, axis=(0, 1)), dc0, dh0
 
 
 lstm_recurrence.defvjp(_recurrence_fwd, _recurrence_bwd)
@@ -172,11 +179,11 @@ class LSTMStack(nnx.Module):
         self.dropout = nnx.Dropout(dropout, rngs=rngs)
 
     def __call__(
-        self, inputs: jax.Array, initial_state: Sequence[Carry] | None = None
+        self, inputs: jax.Array, initial_state: Sequence[Carry] | None = None, *, time_major: bool = False
     ) -> tuple[jax.Array, list[Carry]]:
         x, finals = inputs, []
         for i, layer in enumerate(self.layers):
-            x, carry = layer(x, None if initial_state is None else initial_state[i])
+            x, carry = layer(x, None if initial_state is None else initial_state[i], time_major=time_major)
             x = self.dropout(x)
             finals.append(carry)
         return x, finals

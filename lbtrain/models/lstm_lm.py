@@ -54,12 +54,16 @@ class LSTMLanguageModel(nnx.Module):
     def _output_kernel(self) -> jax.Array:
         return self.embed.embedding[...] if self.tie_embeddings else self.output_kernel[...]
 
-    def features(self, tokens: jax.Array, initial_state: list[Carry] | None = None) -> tuple[jax.Array, list[Carry]]:
-        """Top-layer hidden states ``(batch, time, hidden)`` and the final LSTM state of every layer."""
-        x = self.dropout(self.embed(tokens))
+    def features(
+        self, tokens: jax.Array, initial_state: list[Carry] | None = None, *, time_major: bool = False
+    ) -> tuple[jax.Array, list[Carry]]:
+        """Top-layer hidden states and the final LSTM state of every layer. ``tokens`` are
+        ``(batch, time)``; the states come out ``(batch, time, hidden)``, or ``(time, batch, hidden)``
+        with ``time_major`` (the layout the stack computes in: no transposes)."""
+        x = self.dropout(self.embed(tokens.T if time_major else tokens))
         if self.dtype is not None:
             x = x.astype(self.dtype)
-        return self.lstm(x, initial_state)
+        return self.lstm(x, initial_state, time_major=time_major)
 
     def __call__(self, tokens: jax.Array, initial_state: list[Carry] | None = None) -> tuple[jax.Array, list[Carry]]:
         """Logits ``(batch, time, vocab)`` (float32) and the final state."""
@@ -67,12 +71,18 @@ class LSTMLanguageModel(nnx.Module):
         logits = jnp.einsum("bth,vh->btv", h, self._output_kernel().astype(h.dtype))
         return logits.astype(jnp.float32) + self.output_bias[...], final
 
-    def loss(self, tokens, targets, weights=None, initial_state=None) -> tuple[jax.Array, jax.Array, list[Carry]]:
-        """(sum of per-token NLL, token count, final state), via the fused softmax head."""
-        h, final = self.features(tokens, initial_state)
+    def loss(
+        self, tokens, targets, weights=None, initial_state=None, *, time_major: bool = True
+    ) -> tuple[jax.Array, jax.Array, list[Carry]]:
+        """(sum of per-token NLL, token count, final state), via the fused softmax head.
+
+        ``tokens``, ``targets``, ``weights``: ``(batch, time)``. The stack runs time-major inside
+        (``time_major=False`` only exists to measure what that saves)."""
+        h, final = self.features(tokens, initial_state, time_major=time_major)
+        order = (lambda a: a.T) if time_major else (lambda a: a)  # noqa: E731  rows of h are (t, b) or (b, t)
         n = tokens.shape[0] * tokens.shape[1]
-        w = jnp.ones((n,), jnp.float32) if weights is None else weights.reshape(n).astype(jnp.float32)
+        w = jnp.ones((n,), jnp.float32) if weights is None else order(weights).reshape(n).astype(jnp.float32)
         nll = softmax_cross_entropy_head(
-            h.reshape(n, -1), self._output_kernel(), self.output_bias[...], targets.reshape(n), w
+            h.reshape(n, -1), self._output_kernel(), self.output_bias[...], order(targets).reshape(n), w
         )
         return nll, jnp.sum(w), final
