@@ -1,0 +1,49 @@
+"""scripts/bench_lstm.py: the hand FLOP count and a tiny end-to-end run (no timing asserted)."""
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def load_bench():
+    spec = importlib.util.spec_from_file_location("bench_lstm", os.path.join(ROOT, "scripts/bench_lstm.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_flop_count_by_hand():
+    bench = load_bench()
+    # PTB-medium, batch 20, T 35: per token, each layer: 4 gates x (650 inputs + 650 recurrent) x 650 outputs
+    # multiply-adds; softmax: 650 x 10000 multiply-adds. x2 FLOPs per MAC, x3 for forward + backward.
+    per_token_macs = 2 * 4 * 650 * (650 + 650) + 650 * 10_000
+    assert bench.step_flops(650, 20, 35) == pytest.approx(3 * 2 * per_token_macs * 20 * 35)
+
+
+@pytest.mark.slow
+def test_tiny_run_writes_json(tmp_path):
+    out = tmp_path / "bench.json"
+    proc = subprocess.run(
+        [sys.executable, "scripts/bench_lstm.py", "--sizes=small", "--batches=4", "--rounds=1", "--min_time=0.01",
+         "--impls=lbtrain,lbtrain-autodiff-both,flax,torch", f"--json={out}"],
+        cwd=ROOT, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads(out.read_text())
+    row = result["results"][0]
+    assert row["batch"] == 4 and row["size"] == "small"
+    for impl in ("lbtrain", "lbtrain-autodiff-both", "flax"):
+        assert row[impl]["tokens_per_s"] > 0 and 0 < row[impl]["peak_fraction"]
+    assert row["lbtrain_over_flax"] == pytest.approx(row["lbtrain"]["tokens_per_s"] / row["flax"]["tokens_per_s"])
+    try:
+        import torch  # noqa: F401
+
+        assert "lbtrain_over_torch" in row
+    except ImportError:
+        assert "skipping the torch column" in proc.stdout
