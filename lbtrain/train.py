@@ -23,7 +23,6 @@ from flax import nnx
 
 from lbtrain import data as data_lib
 from lbtrain import models, optim, parallel, tasks
-from lbtrain.data.batching import TrainBatches, eval_batches
 from lbtrain.metrics import MetricWriter, Progress, format_duration
 
 
@@ -33,6 +32,7 @@ class TrainState:
     params: Any  # pure dict of arrays
     opt_state: Any
     model_state: Any  # non-parameter module state (e.g. dropout RNG counters, batch statistics)
+    carry: Any = None  # state carried between batches (LSTM streams in truncated BPTT), sharded like the batch
 
 
 @dataclasses.dataclass
@@ -59,12 +59,11 @@ def make_train_step(graphdef, tx: optax.GradientTransformation, task):
     def step(state: TrainState, batch):
         def loss_fn(params):
             model = nnx.merge(graphdef, params, state.model_state)
-            logits = model(batch[task.input_key])
-            loss_sum, count = task.loss(logits, batch)
+            loss_sum, count, carry = task.loss(model, batch, state.carry)
             new_model_state = nnx.to_pure_dict(nnx.split(model, nnx.Param, ...)[2])
-            return loss_sum / count, new_model_state
+            return loss_sum / count, (new_model_state, jax.lax.stop_gradient(carry))
 
-        (loss, model_state), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params)
+        (loss, (model_state, carry)), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params)
         updates, opt_state = tx.update(grads, state.opt_state, state.params)
         params = optax.apply_updates(state.params, updates)
         metrics = {
@@ -78,21 +77,28 @@ def make_train_step(graphdef, tx: optax.GradientTransformation, task):
         if ratios is not None:
             r = jnp.stack(jax.tree.leaves(ratios))
             metrics.update(trust_ratio_min=r.min(), trust_ratio_mean=r.mean(), trust_ratio_max=r.max())
-        new_state = state.replace(step=state.step + 1, params=params, opt_state=opt_state, model_state=model_state)
+        new_state = state.replace(step=state.step + 1, params=params, opt_state=opt_state, model_state=model_state,
+                                  carry=carry)  # fmt: skip
         return new_state, metrics
 
     return step
 
 
 def make_eval_step(graphdef, task):
-    def step(params, model_state, batch):
-        model = nnx.merge(graphdef, params, model_state)
-        return task.eval_metrics(model(batch[task.input_key]), batch)
+    def step(params, model_state, carry, batch):
+        return task.eval_metrics(nnx.merge(graphdef, params, model_state), batch, carry)
 
     return step
 
 
-def init_state(config, steps_per_epoch: int, mesh) -> tuple[TrainState, Setup]:
+def state_shardings(state: TrainState, mesh) -> TrainState:
+    """Everything replicated except the carried state, which is split along the batch like the data."""
+    repl = parallel.replicated(mesh)
+    return TrainState(step=repl, params=repl, opt_state=repl, model_state=repl,
+                      carry=jax.tree.map(lambda _: parallel.batch_sharding(mesh), state.carry))  # fmt: skip
+
+
+def init_state(config, steps_per_epoch: int, mesh, task=None) -> tuple[TrainState, Setup]:
     global_batch = int(config.batch_size)
     per_device = parallel.per_device_batch(global_batch, mesh)
     rngs = nnx.Rngs(params=config.seed, dropout=config.seed + 1)
@@ -104,8 +110,10 @@ def init_state(config, steps_per_epoch: int, mesh) -> tuple[TrainState, Setup]:
     params, model_state = nnx.to_pure_dict(params), nnx.to_pure_dict(model_state)
     tx, plan = optim.make(config.optim, batch_size=global_batch, steps_per_epoch=steps_per_epoch,
                           num_epochs=config.num_epochs)  # fmt: skip
-    state = TrainState(step=jnp.zeros((), jnp.int32), params=params, opt_state=tx.init(params), model_state=model_state)
-    state = parallel.replicate(state, mesh)
+    carry = (task or tasks.make(config.task)).init_carry(model, global_batch)
+    state = TrainState(step=jnp.zeros((), jnp.int32), params=params, opt_state=tx.init(params),
+                       model_state=model_state, carry=carry)  # fmt: skip
+    state = jax.device_put(state, state_shardings(state, mesh))
     num_params = sum(int(np.prod(x.shape)) for x in jax.tree.leaves(params))
     setup = Setup(mesh, train_graphdef, eval_graphdef, tx, plan, global_batch, per_device, num_params)
     return state, setup
@@ -127,10 +135,11 @@ def describe(setup: Setup, num_train: int) -> str:
     )
 
 
-def evaluate(eval_step, state: TrainState, source, batch_size: int, mesh, task) -> dict[str, float]:
+def evaluate(eval_step, state: TrainState, batches, carry, mesh, task) -> dict[str, float]:
+    """Sum the task's metrics over every eval batch (carrying state across them), then summarise."""
     totals = None
-    for batch in eval_batches(source, batch_size, jax.process_index(), jax.process_count()):
-        sums = eval_step(state.params, state.model_state, parallel.to_global(batch, mesh))
+    for batch in batches:
+        sums, carry = eval_step(state.params, state.model_state, carry, parallel.to_global(batch, mesh))
         totals = sums if totals is None else jax.tree.map(jnp.add, totals, sums)
     return task.summarize({k: float(v) for k, v in jax.device_get(totals).items()})
 
@@ -149,24 +158,29 @@ def train_and_evaluate(config, workdir: str) -> dict[str, Any]:
     """
     mesh = parallel.make_mesh(config.get("num_devices", 0))
     writer_enabled = parallel.is_writer()
-    train_src, eval_src = data_lib.make(config.data)
-    batches = TrainBatches(train_src, int(config.batch_size), config.seed, jax.process_index(), jax.process_count())
+    pidx, pcount = jax.process_index(), jax.process_count()
     parallel.per_device_batch(int(config.batch_size), mesh)
     eval_batch = int(config.get("eval_batch_size", 0) or config.batch_size)
     parallel.per_device_batch(eval_batch, mesh, "eval_batch_size")
-    state, setup = init_state(config, batches.steps_per_epoch, mesh)
+    dataset = data_lib.make(config.data, workdir)
+    batches = dataset.train_batches(int(config.batch_size), config.seed, pidx, pcount)
     task = tasks.make(config.task)
+    state, setup = init_state(config, batches.steps_per_epoch, mesh, task)
     plan = setup.plan
     if writer_enabled:
         os.makedirs(workdir, exist_ok=True)
         _save_json(os.path.join(workdir, "config.json"), config.to_dict())
-        print(describe(setup, len(train_src)), flush=True)
+        print(describe(setup, dataset.num_train), flush=True)
 
     repl, data_sh = parallel.replicated(mesh), parallel.batch_sharding(mesh)
+    state_sh = state_shardings(state, mesh)
     train_step = jax.jit(make_train_step(setup.train_graphdef, setup.tx, task),
-                         in_shardings=(repl, data_sh), out_shardings=(repl, repl), donate_argnums=(0,))  # fmt: skip
-    eval_step = jax.jit(make_eval_step(setup.eval_graphdef, task), in_shardings=(repl, repl, data_sh),
-                        out_shardings=repl)  # fmt: skip
+                         in_shardings=(state_sh, data_sh), out_shardings=(state_sh, repl), donate_argnums=(0,))  # fmt: skip
+    eval_step = jax.jit(make_eval_step(setup.eval_graphdef, task), in_shardings=(repl, repl, data_sh, data_sh),
+                        out_shardings=(repl, data_sh))  # fmt: skip
+    eval_model = nnx.merge(setup.eval_graphdef, state.params, state.model_state)
+    eval_carry = jax.device_put(task.init_carry(eval_model, eval_batch), data_sh)
+    del eval_model
 
     writer = MetricWriter(workdir, enabled=writer_enabled)
     total = plan.total_steps
@@ -194,20 +208,24 @@ def train_and_evaluate(config, workdir: str) -> dict[str, Any]:
             if step % eval_every == 0 or step == total:
                 jax.block_until_ready(state)
                 train_time += time.perf_counter() - t_seg
-                ev = evaluate(eval_step, state, eval_src, eval_batch, mesh, task)
-                ev.update(epoch=step / plan.steps_per_epoch, train_time_s=train_time)
-                writer.write(step, "eval", ev)
-                history.append({"step": step, **ev})
-                if writer_enabled:
-                    print(f"eval @ step {step} (epoch {ev['epoch']:.2f}): "
-                          + " | ".join(f"{k} {v:.4f}" if isinstance(v, float) else f"{k} {v}"
-                                       for k, v in ev.items() if k not in ("epoch", "step")),
-                          flush=True)  # fmt: skip
+                for split in dataset.eval_splits:
+                    split_batches = dataset.eval_batches(split, eval_batch, pidx, pcount)
+                    ev = evaluate(eval_step, state, split_batches, eval_carry, mesh, task)
+                    ev.update(epoch=step / plan.steps_per_epoch, train_time_s=train_time)
+                    writer.write(step, split, ev)
+                    history.append({"step": step, "split": split, **ev})
+                    if writer_enabled:
+                        print(f"{split} @ step {step} (epoch {ev['epoch']:.2f}): "
+                              + " | ".join(f"{k} {v:.4f}" if isinstance(v, float) else f"{k} {v}"
+                                           for k, v in ev.items() if k not in ("epoch", "step")),
+                              flush=True)  # fmt: skip
                 t_seg = time.perf_counter()
                 progress.start(step)
     writer.close()
+    last = {h["split"]: h for h in history if h["step"] == total}
     result = {
-        "final": history[-1] if history else {},
+        "final": last.get(dataset.eval_splits[0], {}),  # the first eval split (MNIST: test; LM: valid)
+        "final_by_split": last,
         "history": history,
         "plan": dataclasses.asdict(plan),
         "train_time_s": train_time,

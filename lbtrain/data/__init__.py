@@ -1,18 +1,64 @@
-"""Datasets behind one interface: ``make(data_cfg) -> (train_source, eval_source)``."""
+"""Datasets behind one interface: ``make(data_cfg, workdir) -> Data``.
+
+``Data`` knows how to batch itself: ``train_batches(global_batch, seed, process_index, process_count)``
+(an object with ``steps_per_epoch``, ``batch_at(step)`` and ``iterate(start_step)``), ``eval_splits``
+and ``eval_batches(split, batch, process_index, process_count)``.
+"""
 
 from __future__ import annotations
 
-from lbtrain.data import mnist
+import dataclasses
+
+from lbtrain.data import lm_corpus, mnist
 from lbtrain.data.batching import ArraySource, TrainBatches, eval_batches
 from lbtrain.data.mnist import DataError
+from lbtrain.data.streams import StreamBatches, eval_windows
 
-DATASETS = ("mnist",)
+DATASETS = ("mnist", "lm")
 
 
-def make(cfg):
+@dataclasses.dataclass
+class ClassificationData:
+    train: object
+    eval: object
+    eval_splits: tuple[str, ...] = ("eval",)
+
+    @property
+    def num_train(self) -> int:
+        return len(self.train)
+
+    def train_batches(self, global_batch, seed, process_index=0, process_count=1):
+        return TrainBatches(self.train, global_batch, seed, process_index, process_count)
+
+    def eval_batches(self, split, batch, process_index=0, process_count=1):
+        return eval_batches(self.eval, batch, process_index, process_count)
+
+
+@dataclasses.dataclass
+class LanguageModelData:
+    corpus: lm_corpus.Corpus
+    window: int
+    eval_splits: tuple[str, ...] = ("valid", "test")
+
+    @property
+    def num_train(self) -> int:
+        return len(self.corpus.train)
+
+    def train_batches(self, global_batch, seed, process_index=0, process_count=1):
+        del seed  # streams are read in order: no shuffling in truncated BPTT
+        return StreamBatches(self.corpus.train, global_batch, self.window, process_index, process_count)
+
+    def eval_batches(self, split, batch, process_index=0, process_count=1):
+        return eval_windows(getattr(self.corpus, split), batch, self.window, process_index, process_count)
+
+
+def make(cfg, workdir: str | None = None):
     if cfg.name not in DATASETS:
         raise DataError(f"unknown dataset {cfg.name!r}; valid choices: {', '.join(DATASETS)}")
-    return mnist.load(cfg)
+    if cfg.name == "lm":
+        return LanguageModelData(lm_corpus.load(cfg, workdir), int(cfg.window))
+    return ClassificationData(*mnist.load(cfg))
 
 
-__all__ = ["ArraySource", "DATASETS", "DataError", "TrainBatches", "eval_batches", "make"]
+__all__ = ["ArraySource", "ClassificationData", "DATASETS", "DataError", "LanguageModelData", "StreamBatches",
+           "TrainBatches", "eval_batches", "eval_windows", "make"]  # fmt: skip

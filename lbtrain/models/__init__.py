@@ -6,9 +6,10 @@ import jax.numpy as jnp
 from flax import nnx
 
 from lbtrain.models.lstm import LSTM, LSTMStack
+from lbtrain.models.lstm_lm import LSTMLanguageModel
 from lbtrain.models.mnist_lstm import MnistLSTM
 
-MODELS = ("mnist_lstm",)
+MODELS = ("mnist_lstm", "lstm_lm")
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.float16}
 
 
@@ -25,6 +26,12 @@ def make(cfg, rngs: nnx.Rngs) -> nnx.Module:
     if cfg.name not in MODELS:
         raise ValueError(f"unknown model {cfg.name!r}; valid choices: {', '.join(MODELS)}")
     dtype, param_dtype = _dtype(cfg.get("dtype")), _dtype(cfg.get("param_dtype", "float32"))
+    if cfg.name == "lstm_lm":
+        return LSTMLanguageModel(
+            rngs=rngs, vocab_size=cfg.vocab_size, hidden_size=cfg.hidden_size, num_layers=cfg.num_layers,
+            dropout=cfg.dropout, init_scale=cfg.init_scale, tie_embeddings=cfg.tie_embeddings,
+            unroll=cfg.get("unroll", 1), dtype=dtype, param_dtype=param_dtype,
+        )  # fmt: skip
     return MnistLSTM(
         rngs=rngs,
         hidden_size=cfg.hidden_size,
@@ -35,4 +42,4 @@ def make(cfg, rngs: nnx.Rngs) -> nnx.Module:
     )
 
 
-__all__ = ["LSTM", "LSTMStack", "MnistLSTM", "MODELS", "make"]
+__all__ = ["LSTM", "LSTMLanguageModel", "LSTMStack", "MnistLSTM", "MODELS", "make"]

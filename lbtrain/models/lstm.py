@@ -62,8 +62,8 @@ class LSTM(nnx.Module):
         self.bias = nnx.Param(bias)
 
     def initial_state(self, batch_size: int) -> Carry:
-        zeros = jnp.zeros((batch_size, self.hidden_size), jnp.float32)
-        return zeros, zeros
+        shape = (batch_size, self.hidden_size)
+        return jnp.zeros(shape, jnp.float32), jnp.zeros(shape, jnp.float32)  # two buffers: both get donated
 
     def __call__(
         self, inputs: jax.Array, initial_state: Carry | None = None, *, time_major: bool = False

@@ -7,8 +7,9 @@ steps) and ``e = step / steps_per_epoch`` (epochs since the start of training):
 
 * ``constant``:     ``peak``
 * ``poly``:         ``end + (peak - end) * (1 - min(t, D) / D) ** power``
-* ``exponential``:  ``peak * rate ** max(0, e - start_epoch)`` (``floor`` of the exponent when
-  ``staircase``); ``start_epoch`` defaults to the end of warmup
+* ``exponential``:  ``peak * rate ** max(0, e - s)`` (``floor`` of the exponent when ``staircase``)
+  with ``s = max(start_epoch, end of warmup)``: decay never starts inside the warmup, so a recipe's
+  "decay after epoch 4" stays continuous when a scaled warmup grows past it
 * ``multistep``:    ``peak * factor ** #{b in boundaries : e >= b}`` (boundaries in epochs)
 * ``cosine``:       ``end + (peak - end) * (1 + cos(pi * min(t, D) / D)) / 2``
 
@@ -64,7 +65,8 @@ def _decay_fn(decay: str, peak: float, warmup_steps: int, total_steps: int, step
     if decay == "exponential":
         rate = float(kw["rate"])
         start = kw["start_epoch"]
-        start = warmup_steps / steps_per_epoch if start is None else float(start)
+        warmup_end = warmup_steps / steps_per_epoch
+        start = warmup_end if start is None else max(float(start), warmup_end)
         staircase = bool(kw["staircase"])
 
         def exponential(t):

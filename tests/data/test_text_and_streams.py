@@ -1,0 +1,91 @@
+import numpy as np
+import pytest
+from ml_collections import ConfigDict
+
+from lbtrain.data import lm_corpus
+from lbtrain.data.mnist import DataError
+from lbtrain.data.streams import StreamBatches, eval_windows
+from lbtrain.data.text import EOS, UNK, Vocab, tokenize, unigram_perplexity
+
+
+def test_tokenize_ptb_style():
+    assert tokenize("And God said, Let there be LIGHT: 3,000 days [were] 12.5 o'clock.") == [
+        "and", "god", "said", "let", "there", "be", "light", "N", "days", "were", "N", "o'clock",
+    ]  # fmt: skip
+
+
+def write_ptb(tmp_path, files=("train", "valid", "test")):
+    text = {
+        "train": "the cat sat on the mat\nthe dog sat\n a cat ran\n",
+        "valid": "the cat sat\nthe bird flew\n",
+        "test": "a dog ran on the mat\n",
+    }
+    for split in files:
+        (tmp_path / f"ptb.{split}.txt").write_text(text[split])
+
+
+def test_vocab_built_on_train_only_and_saved(tmp_path):
+    write_ptb(tmp_path)
+    workdir = tmp_path / "run"
+    corpus = lm_corpus.load(ConfigDict({"corpus": "ptb", "dir": str(tmp_path), "vocab_size": 6}), str(workdir))
+    # train counts: the 3, cat 2, sat 2, ... -> <eos>, <unk>, then the 4 most frequent (ties alphabetical)
+    assert corpus.vocab.words == [EOS, UNK, "the", "cat", "sat", "a"]
+    v = corpus.vocab.index
+    assert corpus.valid.tolist() == [v["the"], v["cat"], v["sat"], v[EOS], v["the"], v[UNK], v[UNK], v[EOS]]
+    assert len(corpus.train) == 6 + 1 + 3 + 1 + 3 + 1
+    assert Vocab.load(str(workdir / "vocab.json")).words == corpus.vocab.words
+    # a second load in the same workdir reuses the saved vocabulary even if the size changes
+    again = lm_corpus.load(ConfigDict({"corpus": "ptb", "dir": str(tmp_path), "vocab_size": 50}), str(workdir))
+    assert again.vocab.words == corpus.vocab.words
+
+
+def test_missing_ptb_file_names_it(tmp_path):
+    write_ptb(tmp_path, files=("train", "test"))
+    with pytest.raises(DataError, match=r"PTB file ptb.valid.txt not found in .*simple-examples.tgz"):
+        lm_corpus.load(ConfigDict({"corpus": "ptb", "dir": str(tmp_path), "vocab_size": 10}))
+
+
+def test_kjv_split_by_chapter():
+    corpus = lm_corpus.load(ConfigDict({"corpus": "kjv", "vocab_size": 10_000}))
+    n = len(corpus.train) + len(corpus.valid) + len(corpus.test)
+    assert 780_000 < n < 860_000  # ~790k words + one <eos> per verse
+    assert 0.03 < len(corpus.valid) / n < 0.08 and 0.03 < len(corpus.test) / n < 0.08
+    assert len(corpus.vocab) == 10_000
+    assert (corpus.train == corpus.vocab.unk).mean() < 0.01
+
+
+@pytest.mark.parametrize("processes", [1, 2])
+def test_stream_layout_every_token_once_in_order(processes):
+    ids = np.arange(1000, dtype=np.int32)
+    batch, window = 4, 7
+    parts = [StreamBatches(ids, batch, window, p, processes) for p in range(processes)]
+    spe = parts[0].steps_per_epoch
+    length = (1000 - 1) // batch  # 249 tokens per row
+    assert spe == length // window == 35
+    seen = [np.concatenate([p.batch_at(s)["inputs"] for s in range(spe)], axis=1) for p in parts]
+    rows = np.concatenate(seen, axis=0)
+    for r in range(batch):  # row r is the contiguous stream [r * length, ...), in order
+        np.testing.assert_array_equal(rows[r], np.arange(r * length, r * length + spe * window))
+    assert len(np.unique(rows)) == rows.size  # no token twice in an epoch
+    b = parts[0].batch_at(3)
+    np.testing.assert_array_equal(b["targets"], b["inputs"] + 1)
+    assert parts[0].batch_at(0)["reset"].tolist() == [1.0] * (batch // processes)
+    assert parts[0].batch_at(spe)["reset"].tolist() == [1.0] * (batch // processes)  # next epoch resets
+    assert parts[0].batch_at(1)["reset"].sum() == 0
+
+
+def test_eval_windows_score_every_predictable_token_once():
+    ids = np.arange(103, dtype=np.int32)
+    targets, weights = [], []
+    for b in eval_windows(ids, 4, 10):
+        targets.append(b["targets"])
+        weights.append(b["weight"])
+    t, w = np.concatenate(targets, 1), np.concatenate(weights, 1)
+    scored = t[w > 0]
+    assert sorted(scored.tolist()) == list(range(1, 4 * 25 + 1))  # (103 - 1) // 4 = 25 tokens per row
+
+
+def test_unigram_perplexity_by_hand():
+    train = np.array([0, 0, 1, 2])  # add-one counts: 3, 2, 2 of 7
+    ppl = unigram_perplexity(train, np.array([0, 1]), 3)
+    assert ppl == pytest.approx(np.exp(-(np.log(3 / 7) + np.log(2 / 7)) / 2))
