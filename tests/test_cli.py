@@ -47,6 +47,9 @@ def test_run_with_overrides(tmp_path):
          "unknown optim.schedule.decay 'step'; valid choices: constant, poly"),
         (["--config=configs/mnist_lstm.py:bach=64"], "unknown config arg 'bach'; valid keys: batch, scheme, source, epochs"),
         (["--config=configs/mnist_lsmt.py"], "config file 'configs/mnist_lsmt.py' not found"),
+        (["--config=configs/ptb_lstm.py:size=huge"], "unknown size 'huge'; valid choices: small, medium, large"),
+        (["--config=configs/ptb_lstm.py", "--config.data.dir=/nonexistent/ptb"],
+         "PTB file ptb.train.txt not found in '/nonexistent/ptb': set data.dir to a folder holding the standard"),
     ],
 )  # fmt: skip
 def test_bad_config_is_one_line(tmp_path, args, fragment):

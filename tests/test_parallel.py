@@ -1,4 +1,4 @@
-"""The same step on 1 and on 8 (simulated CPU) devices gives the same loss and params."""
+"""The same step on 1 and on 8 (simulated CPU) devices gives the same loss, params and carried state."""
 
 import json
 import os
@@ -49,6 +49,33 @@ SCRIPT = textwrap.dedent(
             "param_change": max(float(np.max(np.abs(a))) for a in jax.tree.leaves(p1)),
             "losses": l1,
         }
+    # the language model: carried LSTM state sharded along the batch, dropout on
+    from lbtrain.data.streams import StreamBatches
+    cfg = config_lib.load_config("configs/ptb_lstm.py:runlocal=True,batch=16")
+    cfg.unlock(); cfg.model.vocab_size = 50; cfg.model.hidden_size = 16; cfg.model.dropout = 0.3
+    streams = StreamBatches(np.random.default_rng(1).integers(0, 50, 2000).astype(np.int32), 16, 5)
+    task = tasks.make("language_model")
+    results = {}
+    for n in (1, 8):
+        mesh = parallel.make_mesh(n)
+        state, setup = train.init_state(cfg, streams.steps_per_epoch, mesh, task)
+        sh = train.state_shardings(state, mesh)
+        step = jax.jit(train.make_train_step(setup.train_graphdef, setup.tx, task),
+                       in_shardings=(sh, parallel.batch_sharding(mesh)), out_shardings=(sh, parallel.replicated(mesh)))
+        losses = []
+        with jax.set_mesh(mesh):
+            for s in range(4):
+                state, metrics = step(state, parallel.to_global(streams.batch_at(s), mesh))
+                losses.append(float(metrics["loss"]))
+        carry_devices = {len(x.sharding.device_set) for x in jax.tree.leaves(state.carry)}
+        results[n] = (losses, jax.device_get(state.params), jax.device_get(state.carry), carry_devices)
+    (l1, p1, c1, _), (l8, p8, c8, dev8) = results[1], results[8]
+    out["lm"] = {
+        "loss_diff": max(abs(a - b) for a, b in zip(l1, l8)),
+        "param_diff": max(float(np.max(np.abs(a - b))) for a, b in zip(jax.tree.leaves(p1), jax.tree.leaves(p8))),
+        "carry_diff": max(float(np.max(np.abs(a - b))) for a, b in zip(jax.tree.leaves(c1), jax.tree.leaves(c8))),
+        "carry_devices": sorted(dev8), "losses": l1,
+    }
     try:
         parallel.per_device_batch(12, parallel.make_mesh(8))
     except parallel.ShardingError as e:
@@ -69,4 +96,8 @@ def test_one_device_equals_eight_devices():
         assert r["loss_diff"] < 1e-5, r
         assert r["param_diff"] < 1e-5, r
         assert r["losses"][0] != r["losses"][2]  # the steps really trained
+    lm = out["lm"]
+    assert lm["loss_diff"] < 1e-5 and lm["param_diff"] < 1e-5 and lm["carry_diff"] < 1e-5, lm
+    assert lm["carry_devices"] == [8]  # every device holds the state of its own streams
+    assert lm["losses"][0] != lm["losses"][3]
     assert out["error"] == "batch_size=12 is not divisible by the 8 devices: use a multiple of 8 (e.g. 8 or 16)"
