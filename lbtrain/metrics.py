@@ -62,10 +62,14 @@ def format_duration(seconds: float) -> str:
 
 
 class Progress:
-    """``step 120/3000 | epoch 1.92 | loss 0.5123 | lr 0.0412 | 12,345 ex/s | ETA 1m20s``."""
+    """``step 120/3000 | epoch 1.92 | loss 0.5123 | lr 0.0412 | 12,345 ex/s | ETA 1m20s``.
 
-    def __init__(self, total_steps: int, steps_per_epoch: int, global_batch: int, enabled: bool = True, stream=None):
-        self.total, self.spe, self.batch, self.enabled = total_steps, steps_per_epoch, global_batch, enabled
+    ``items_per_step``: what one step processes (examples, or tokens for a language model: ``unit``)."""
+
+    def __init__(self, total_steps: int, steps_per_epoch: int, items_per_step: int, enabled: bool = True,
+                 stream=None, unit: str = "ex"):  # fmt: skip
+        self.total, self.spe, self.batch, self.enabled = total_steps, steps_per_epoch, items_per_step, enabled
+        self.unit = unit
         self.stream = stream or sys.stdout
         self._t, self._step = None, None
 
@@ -73,7 +77,7 @@ class Progress:
         self._t, self._step = time.perf_counter(), step
 
     def update(self, step: int, loss: float, lr: float) -> float:
-        """Print a line for ``step`` (the number of updates done) and return examples/s since the
+        """Print a line for ``step`` (the number of updates done) and return items/s since the
         previous call."""
         now = time.perf_counter()
         rate = (step - self._step) * self.batch / max(now - self._t, 1e-9)
@@ -82,7 +86,7 @@ class Progress:
         if self.enabled:
             print(
                 f"step {step}/{self.total} | epoch {step / self.spe:.2f} | loss {loss:.4f} | lr {lr:.4g} "
-                f"| {rate:,.0f} ex/s | ETA {format_duration(eta)}",
+                f"| {rate:,.0f} {self.unit}/s | ETA {format_duration(eta)}",
                 file=self.stream,
                 flush=True,
             )

@@ -186,7 +186,8 @@ def train_and_evaluate(config, workdir: str) -> dict[str, Any]:
     total = plan.total_steps
     log_every = max(int(config.log_every_steps), 1)
     eval_every = max(optim.epochs_to_steps(config.eval_every_epochs, plan.steps_per_epoch), 1)
-    progress = Progress(total, plan.steps_per_epoch, setup.global_batch, enabled=writer_enabled)
+    progress = Progress(total, plan.steps_per_epoch, setup.global_batch * dataset.items_per_row,
+                        enabled=writer_enabled, unit=dataset.unit)  # fmt: skip
     history, t_start, train_time = [], time.perf_counter(), 0.0
     step = int(state.step)
     progress.start(step)
@@ -202,7 +203,7 @@ def train_and_evaluate(config, workdir: str) -> dict[str, Any]:
                     raise FloatingPointError(
                         f"non-finite loss {m['loss']} at step {step}: lower optim.base_lr or set optim.clip_norm"
                     )
-                m["examples_per_sec"] = progress.update(step, m["loss"], m["lr"])
+                m[f"{dataset.unit}_per_sec"] = progress.update(step, m["loss"], m["lr"])
                 m["epoch"] = step / plan.steps_per_epoch
                 writer.write(step, "train", m)
             if step % eval_every == 0 or step == total:

@@ -91,4 +91,5 @@ def test_runlocal_beats_the_unigram_model(tmp_path):
     assert valid["tokens"] == 16 * ((len(corpus.valid) - 1) // 16)  # the whole stream, scored once
     rows = read_jsonl(tmp_path / "metrics.jsonl")
     assert {r["kind"] for r in rows} == {"train", "valid", "test"}
+    assert all(r["tok_per_sec"] > 0 for r in rows if r["kind"] == "train")
     assert (tmp_path / "vocab.json").exists()

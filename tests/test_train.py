@@ -44,7 +44,7 @@ def test_embedded_run_learns_and_writes_metrics(tmp_path, capsys):
     train_rows = [r for r in rows if r["kind"] == "train"]
     eval_rows = [r for r in rows if r["kind"] == "eval"]
     assert [r["step"] for r in eval_rows] == [125, 250]  # the held-out split is logged as kind "eval"
-    assert {"loss", "lr", "grad_norm", "update_norm", "param_norm", "examples_per_sec", "epoch"} <= set(train_rows[0])
+    assert {"loss", "lr", "grad_norm", "update_norm", "param_norm", "ex_per_sec", "epoch"} <= set(train_rows[0])
     assert train_rows[-1]["loss"] < train_rows[0]["loss"]
     # logged LR is the schedule's: warmup is 62 steps, logged after the update at step 10 used lr(9)
     assert train_rows[0]["step"] == 10 and train_rows[0]["lr"] == pytest.approx(peak * 9 / 62, rel=1e-4)

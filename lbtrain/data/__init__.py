@@ -22,6 +22,8 @@ class ClassificationData:
     train: object
     eval: object
     eval_splits: tuple[str, ...] = ("eval",)
+    unit = "ex"  # what the progress line counts per second
+    items_per_row = 1
 
     @property
     def num_train(self) -> int:
@@ -39,6 +41,11 @@ class LanguageModelData:
     corpus: lm_corpus.Corpus
     window: int
     eval_splits: tuple[str, ...] = ("valid", "test")
+    unit = "tok"
+
+    @property
+    def items_per_row(self) -> int:  # tokens per stream per step
+        return self.window
 
     @property
     def num_train(self) -> int:
