@@ -48,7 +48,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     config.num_epochs = a.epochs or r["epochs"]  # the epoch budget, the same at every batch size
     config.eval_every_epochs = 1.0
     config.log_every_steps = 50
-    config.num_devices = 0  # 0 = all visible devices
+    config.num_devices = 0
+    config_lib.add_run_fields(config)  # 0 = all visible devices
 
     config.data = ml_collections.ConfigDict()
     config.data.name = "mnist"

@@ -50,6 +50,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     config.eval_every_epochs = 1.0
     config.log_every_steps = 100
     config.num_devices = 0
+    config_lib.add_run_fields(config)
 
     config.data = ml_collections.ConfigDict()
     config.data.name = "lm"

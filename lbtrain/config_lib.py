@@ -85,6 +85,37 @@ def optim_config(**overrides) -> ml_collections.ConfigDict:
     return cfg
 
 
+def add_run_fields(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
+    """Checkpointing and resume fields every application shares."""
+    config.checkpoint_every_epochs = 1.0  # save the whole train state this often (and at the end)
+    config.keep_checkpoints = 2
+    config.resume_policy = "strict"  # strict: refuse to resume a workdir whose config differs | allow_changes
+    return config
+
+
+# Fields that may change between a run and its resumption without altering what is computed.
+RESUMABLE_CHANGES = ("log_every_steps", "eval_every_epochs", "checkpoint_every_epochs", "keep_checkpoints",
+                     "resume_policy", "num_devices", "eval_batch_size")  # fmt: skip
+RESUME_POLICIES = ("strict", "allow_changes")
+
+
+def _flatten(d: dict, prefix: str = "") -> dict:
+    out = {}
+    for k, v in d.items():
+        if isinstance(v, dict):
+            out.update(_flatten(v, f"{prefix}{k}."))
+        else:
+            out[f"{prefix}{k}"] = list(v) if isinstance(v, tuple) else v
+    return out
+
+
+def resume_conflicts(saved: dict, new: dict) -> list[str]:
+    """``key: old -> new`` for every field that differs and would change the run."""
+    a, b = _flatten(saved), _flatten(new)
+    keys = sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k) and k not in RESUMABLE_CHANGES)
+    return [f"{k}: {a.get(k)!r} -> {b.get(k)!r}" for k in keys]
+
+
 def _choice(what: str, value, choices) -> None:
     if value not in choices:
         raise ConfigError(f"unknown {what} {value!r}; valid choices: {', '.join(map(str, choices))}")
@@ -100,6 +131,7 @@ def validate(config) -> None:
     _choice("model.name", config.model.name, models.MODELS)
     _choice("data.name", config.data.name, data.DATASETS)
     _choice("task", config.task, tuple(tasks.TASKS))
+    _choice("resume_policy", config.get("resume_policy", "strict"), RESUME_POLICIES)
     if int(config.batch_size) <= 0:
         raise ConfigError(f"batch_size must be positive, got {config.batch_size}")
 

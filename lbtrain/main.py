@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import sys
 
-from absl import app, flags
+from absl import app, flags, logging
 from ml_collections import config_flags
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Config file, with an optional :arg.", lock_config=True)
@@ -68,6 +68,9 @@ def main(argv) -> None:
     if len(argv) > 1:
         _fail(f"unexpected arguments: {' '.join(argv[1:])}", 2)
     from lbtrain import config_lib, train
+
+    if not flags.FLAGS["verbosity"].present:  # library INFO logs (Orbax, XLA) only on request
+        logging.set_verbosity(logging.WARNING)
 
     try:
         config_lib.validate(_CONFIG.value)

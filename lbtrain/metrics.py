@@ -23,12 +23,19 @@ class MetricWriter:
     same scalars as TensorBoard events under ``<workdir>/tb/<kind>``. ``enabled=False`` (non-writer
     processes) makes every call a no-op."""
 
-    def __init__(self, workdir: str, enabled: bool = True):
+    def __init__(self, workdir: str, enabled: bool = True, resume_step: int | None = None):
         self.enabled = enabled
         self.path = os.path.join(workdir, "metrics.jsonl")
         self._tb = None
         if enabled:
             os.makedirs(workdir, exist_ok=True)
+            if resume_step is not None and os.path.exists(self.path):
+                # rows logged after the checkpoint we resume from will be logged again: drop them
+                kept = [r for r in read_jsonl(self.path) if r["step"] <= resume_step]
+                tmp = self.path + ".tmp"
+                with open(tmp, "w") as f:
+                    f.writelines(json.dumps(r) + "\n" for r in kept)
+                os.replace(tmp, self.path)
             from tensorboardX import SummaryWriter
 
             self._tb = SummaryWriter(os.path.join(workdir, "tb"))

@@ -22,7 +22,8 @@ import optax
 from flax import nnx
 
 from lbtrain import data as data_lib
-from lbtrain import models, optim, parallel, tasks
+from lbtrain import config_lib, models, optim, parallel, tasks
+from lbtrain.checkpoint import Checkpointer
 from lbtrain.metrics import MetricWriter, Progress, format_duration
 
 
@@ -151,10 +152,25 @@ def _save_json(path: str, obj) -> None:
     os.replace(tmp, path)
 
 
+def _check_resumable(config, config_path: str, workdir: str) -> None:
+    if not os.path.exists(config_path) or config.get("resume_policy", "strict") == "allow_changes":
+        return
+    with open(config_path) as f:
+        saved = json.load(f)
+    conflicts = config_lib.resume_conflicts(saved, json.loads(json.dumps(config.to_dict(), default=str)))
+    if conflicts:
+        raise config_lib.ConfigError(
+            f"{workdir} holds a checkpoint of a run with another config ({'; '.join(conflicts)}): use a new "
+            "--workdir, or --config.resume_policy=allow_changes to resume with the new values"
+        )
+
+
 def train_and_evaluate(config, workdir: str) -> dict[str, Any]:
     """Train ``config`` in ``workdir``; returns the final eval metrics, the plan and timings.
 
-    Writes ``config.json``, ``metrics.jsonl``, TensorBoard events (``tb/``) and ``results.json``.
+    Writes ``config.json``, ``metrics.jsonl``, TensorBoard events (``tb/``), ``checkpoints/`` and
+    ``results.json``. A workdir that holds a checkpoint is resumed from it (same config required unless
+    ``resume_policy=allow_changes``); the resumed run sees exactly the batches it would have seen.
     """
     mesh = parallel.make_mesh(config.get("num_devices", 0))
     writer_enabled = parallel.is_writer()
@@ -167,10 +183,19 @@ def train_and_evaluate(config, workdir: str) -> dict[str, Any]:
     task = tasks.make(config.task)
     state, setup = init_state(config, batches.steps_per_epoch, mesh, task)
     plan = setup.plan
+    config_path = os.path.join(workdir, "config.json")
+    checkpoints = Checkpointer(workdir, optim.epochs_to_steps(config.get("checkpoint_every_epochs", 1.0),
+                                                              plan.steps_per_epoch), config.get("keep_checkpoints", 2))  # fmt: skip
+    resume_step = checkpoints.latest_step()
+    if resume_step is not None:
+        _check_resumable(config, config_path, workdir)
+        state = checkpoints.restore(state, resume_step)
     if writer_enabled:
         os.makedirs(workdir, exist_ok=True)
-        _save_json(os.path.join(workdir, "config.json"), config.to_dict())
+        _save_json(config_path, config.to_dict())
         print(describe(setup, dataset.num_train), flush=True)
+        if resume_step is not None:
+            print(f"resuming from the checkpoint at step {resume_step} in {checkpoints.directory}", flush=True)
 
     repl, data_sh = parallel.replicated(mesh), parallel.batch_sharding(mesh)
     state_sh = state_shardings(state, mesh)
@@ -182,13 +207,28 @@ def train_and_evaluate(config, workdir: str) -> dict[str, Any]:
     eval_carry = jax.device_put(task.init_carry(eval_model, eval_batch), data_sh)
     del eval_model
 
-    writer = MetricWriter(workdir, enabled=writer_enabled)
+    writer = MetricWriter(workdir, enabled=writer_enabled, resume_step=resume_step)
     total = plan.total_steps
     log_every = max(int(config.log_every_steps), 1)
     eval_every = max(optim.epochs_to_steps(config.eval_every_epochs, plan.steps_per_epoch), 1)
     progress = Progress(total, plan.steps_per_epoch, setup.global_batch * dataset.items_per_row,
                         enabled=writer_enabled, unit=dataset.unit)  # fmt: skip
     history, t_start, train_time = [], time.perf_counter(), 0.0
+    checkpoint_every = max(optim.epochs_to_steps(config.get("checkpoint_every_epochs", 1.0), plan.steps_per_epoch), 1)
+
+    def run_eval(step: int) -> None:
+        for split in dataset.eval_splits:
+            split_batches = dataset.eval_batches(split, eval_batch, pidx, pcount)
+            ev = evaluate(eval_step, state, split_batches, eval_carry, mesh, task)
+            ev.update(epoch=step / plan.steps_per_epoch, train_time_s=train_time)
+            writer.write(step, split, ev)
+            history.append({"step": step, "split": split, **ev})
+            if writer_enabled:
+                print(f"{split} @ step {step} (epoch {ev['epoch']:.2f}): "
+                      + " | ".join(f"{k} {v:.4f}" if isinstance(v, float) else f"{k} {v}"
+                                   for k, v in ev.items() if k not in ("epoch", "step")),
+                      flush=True)  # fmt: skip
+
     step = int(state.step)
     progress.start(step)
     t_seg = time.perf_counter()
@@ -197,6 +237,13 @@ def train_and_evaluate(config, workdir: str) -> dict[str, Any]:
         while step < total:
             state, metrics = train_step(state, parallel.to_global(next(data_iter), mesh))
             step += 1
+            if step % checkpoint_every == 0 or step == total:
+                loss = float(metrics["loss"])
+                if not np.isfinite(loss):  # never commit a state that came from a non-finite loss
+                    raise FloatingPointError(
+                        f"non-finite loss {loss} at step {step}: lower optim.base_lr or set optim.clip_norm"
+                    )
+                checkpoints.save(step, state, force=True)
             if step % log_every == 0 or step == total:
                 m = {k: float(v) for k, v in jax.device_get(metrics).items()}
                 if not np.isfinite(m["loss"]):
@@ -209,20 +256,13 @@ def train_and_evaluate(config, workdir: str) -> dict[str, Any]:
             if step % eval_every == 0 or step == total:
                 jax.block_until_ready(state)
                 train_time += time.perf_counter() - t_seg
-                for split in dataset.eval_splits:
-                    split_batches = dataset.eval_batches(split, eval_batch, pidx, pcount)
-                    ev = evaluate(eval_step, state, split_batches, eval_carry, mesh, task)
-                    ev.update(epoch=step / plan.steps_per_epoch, train_time_s=train_time)
-                    writer.write(step, split, ev)
-                    history.append({"step": step, "split": split, **ev})
-                    if writer_enabled:
-                        print(f"{split} @ step {step} (epoch {ev['epoch']:.2f}): "
-                              + " | ".join(f"{k} {v:.4f}" if isinstance(v, float) else f"{k} {v}"
-                                           for k, v in ev.items() if k not in ("epoch", "step")),
-                              flush=True)  # fmt: skip
+                run_eval(step)
                 t_seg = time.perf_counter()
                 progress.start(step)
+        if not history or history[-1]["step"] != total:  # resumed a finished run: report its final metrics
+            run_eval(total)
     writer.close()
+    checkpoints.close()
     last = {h["split"]: h for h in history if h["step"] == total}
     result = {
         "final": last.get(dataset.eval_splits[0], {}),  # the first eval split (MNIST: test; LM: valid)

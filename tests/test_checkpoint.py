@@ -1,0 +1,75 @@
+"""Checkpoints and exact resume: a run killed with SIGKILL and resumed ends bit-identical."""
+
+import os
+import random
+import signal
+import subprocess
+import sys
+
+import jax
+import numpy as np
+import pytest
+
+from lbtrain import config_lib, parallel, train
+from lbtrain.checkpoint import Checkpointer
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ARGS = ["--config=configs/mnist_lstm.py:runlocal=True,batch=32", "--config.log_every_steps=1",
+        "--config.checkpoint_every_epochs=0.2"]  # fmt: skip  250 steps, a checkpoint every 25
+
+
+def start(workdir, devices):
+    env = dict(os.environ, XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}")
+    return subprocess.Popen([sys.executable, "-m", "lbtrain.main", *ARGS, f"--workdir={workdir}"], cwd=ROOT, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)  # fmt: skip
+
+
+def final_params(workdir):
+    cfg = config_lib.load_config(os.path.join(ROOT, ARGS[0].split("=", 1)[1]))
+    template, _ = train.init_state(cfg, 125, parallel.make_mesh(1))
+    ckpt = Checkpointer(str(workdir), 25)
+    assert ckpt.latest_step() == 250
+    return jax.tree.leaves(jax.device_get(ckpt.restore(template).params))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("devices", [1, 8])
+def test_sigkill_and_resume_is_bit_identical(tmp_path, devices):
+    reference = start(tmp_path / "reference", devices)
+    out, _ = reference.communicate(timeout=600)
+    assert reference.returncode == 0, out[-3000:]
+
+    kill_at = random.Random(devices).randint(40, 200)
+    victim = start(tmp_path / "killed", devices)
+    for line in victim.stdout:  # the progress line of every step
+        if line.startswith(f"step {kill_at}/"):
+            victim.send_signal(signal.SIGKILL)
+            break
+    victim.wait(timeout=600)
+    assert victim.returncode == -signal.SIGKILL
+    resumed = start(tmp_path / "killed", devices)
+    out, _ = resumed.communicate(timeout=600)
+    assert resumed.returncode == 0, out[-3000:]
+    assert "resuming from the checkpoint at step" in out
+
+    for a, b in zip(final_params(tmp_path / "reference"), final_params(tmp_path / "killed")):
+        np.testing.assert_array_equal(a, b)
+    # the resumed run's metrics hold each step once
+    import json
+
+    steps = [json.loads(line)["step"] for line in open(tmp_path / "killed" / "metrics.jsonl") if '"train"' in line]
+    assert steps == list(range(1, 251))
+
+
+def test_resume_with_a_changed_config_is_refused(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "lbtrain.main", ARGS[0], "--config.num_epochs=1",
+                           f"--workdir={tmp_path}"], cwd=ROOT, capture_output=True, text=True, timeout=600)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    before = sorted(os.listdir(tmp_path / "checkpoints"))
+    proc = subprocess.run([sys.executable, "-m", "lbtrain.main", ARGS[0], "--config.num_epochs=1",
+                           "--config.optim.base_lr=0.5", f"--workdir={tmp_path}"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=600)  # fmt: skip
+    assert proc.returncode == 1
+    assert "holds a checkpoint of a run with another config (optim.base_lr: 0.1 -> 0.5)" in proc.stderr
+    assert "--config.resume_policy=allow_changes" in proc.stderr
+    assert sorted(os.listdir(tmp_path / "checkpoints")) == before
