@@ -11,6 +11,8 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import signal
+import threading
 import time
 from typing import Any
 
@@ -152,6 +154,41 @@ def _save_json(path: str, obj) -> None:
     os.replace(tmp, path)
 
 
+def _check_finite(loss: float, step: int) -> None:
+    if not np.isfinite(loss):
+        raise FloatingPointError(f"non-finite loss {loss} at step {step}: lower optim.base_lr or set optim.clip_norm")
+
+
+class _PreemptionWatch:
+    """SIGTERM (and, on multi-host TPU, JAX's preemption sync point) asks the loop to checkpoint and stop
+    after the current step. Installs its handler only in the main thread, and restores the old one."""
+
+    def __init__(self):
+        self.flag, self.previous = False, None
+
+    def __enter__(self):
+        if threading.current_thread() is threading.main_thread():
+            self.previous = signal.signal(signal.SIGTERM, self._handle)
+        return self
+
+    def __exit__(self, *exc):
+        if self.previous is not None:
+            signal.signal(signal.SIGTERM, self.previous)
+
+    def _handle(self, signum, frame):
+        self.flag = True
+
+    def requested(self, step: int) -> bool:
+        if jax.process_count() > 1:  # every host must stop at the same step
+            from jax.experimental import multihost_utils
+
+            try:
+                return multihost_utils.reached_preemption_sync_point(step) or self.flag
+            except RuntimeError:  # no preemption service (not a TPU pod)
+                pass
+        return self.flag
+
+
 def _check_resumable(config, config_path: str, workdir: str) -> None:
     if not os.path.exists(config_path) or config.get("resume_policy", "strict") == "allow_changes":
         return
@@ -232,24 +269,27 @@ def train_and_evaluate(config, workdir: str) -> dict[str, Any]:
     step = int(state.step)
     progress.start(step)
     t_seg = time.perf_counter()
-    with jax.set_mesh(mesh):
+    preemption = _PreemptionWatch()
+    with jax.set_mesh(mesh), preemption:
         data_iter = batches.iterate(step)
         while step < total:
             state, metrics = train_step(state, parallel.to_global(next(data_iter), mesh))
             step += 1
+            if preemption.requested(step):
+                _check_finite(float(metrics["loss"]), step)
+                checkpoints.save(step, state, force=True)
+                writer.close()
+                checkpoints.close()
+                if writer_enabled:
+                    print(f"preempted at step {step}/{total}: checkpoint saved in {checkpoints.directory}; "
+                          "run the same command again to resume", flush=True)  # fmt: skip
+                return {"preempted": True, "step": step, "plan": dataclasses.asdict(plan), "state": state}
             if step % checkpoint_every == 0 or step == total:
-                loss = float(metrics["loss"])
-                if not np.isfinite(loss):  # never commit a state that came from a non-finite loss
-                    raise FloatingPointError(
-                        f"non-finite loss {loss} at step {step}: lower optim.base_lr or set optim.clip_norm"
-                    )
+                _check_finite(float(metrics["loss"]), step)  # never commit a state from a non-finite loss
                 checkpoints.save(step, state, force=True)
             if step % log_every == 0 or step == total:
                 m = {k: float(v) for k, v in jax.device_get(metrics).items()}
-                if not np.isfinite(m["loss"]):
-                    raise FloatingPointError(
-                        f"non-finite loss {m['loss']} at step {step}: lower optim.base_lr or set optim.clip_norm"
-                    )
+                _check_finite(m["loss"], step)
                 m[f"{dataset.unit}_per_sec"] = progress.update(step, m["loss"], m["lr"])
                 m["epoch"] = step / plan.steps_per_epoch
                 writer.write(step, "train", m)

@@ -73,3 +73,22 @@ def test_resume_with_a_changed_config_is_refused(tmp_path):
     assert "holds a checkpoint of a run with another config (optim.base_lr: 0.1 -> 0.5)" in proc.stderr
     assert "--config.resume_policy=allow_changes" in proc.stderr
     assert sorted(os.listdir(tmp_path / "checkpoints")) == before
+
+
+@pytest.mark.slow
+def test_sigterm_saves_and_exits_cleanly(tmp_path):
+    proc = start(tmp_path, 1)
+    for line in proc.stdout:
+        if line.startswith("step 60/"):
+            proc.send_signal(signal.SIGTERM)
+            break
+    out = proc.stdout.read()
+    proc.wait(timeout=600)
+    assert proc.returncode == 0, out[-3000:]
+    line = next(x for x in out.splitlines() if x.startswith("preempted at step"))
+    step = int(line.split()[3].split("/")[0])
+    assert 60 <= step < 250 and "run the same command again to resume" in line
+    assert Checkpointer(str(tmp_path), 25).latest_step() == step
+    resumed = start(tmp_path, 1)
+    rest, _ = resumed.communicate(timeout=600)
+    assert resumed.returncode == 0 and f"resuming from the checkpoint at step {step}" in rest
