@@ -90,6 +90,7 @@ def add_run_fields(config: ml_collections.ConfigDict) -> ml_collections.ConfigDi
     config.checkpoint_every_epochs = 1.0  # save the whole train state this often (and at the end)
     config.keep_checkpoints = 2
     config.resume_policy = "strict"  # strict: refuse to resume a workdir whose config differs | allow_changes
+    config.nan_policy = "stop"  # stop: a non-finite loss/gradient ends the run | skip: drop that update, count it
     return config
 
 
@@ -132,6 +133,7 @@ def validate(config) -> None:
     _choice("data.name", config.data.name, data.DATASETS)
     _choice("task", config.task, tuple(tasks.TASKS))
     _choice("resume_policy", config.get("resume_policy", "strict"), RESUME_POLICIES)
+    _choice("nan_policy", config.get("nan_policy", "stop"), ("stop", "skip"))
     if int(config.batch_size) <= 0:
         raise ConfigError(f"batch_size must be positive, got {config.batch_size}")
 

@@ -36,6 +36,8 @@ class TrainState:
     opt_state: Any
     model_state: Any  # non-parameter module state (e.g. dropout RNG counters, batch statistics)
     carry: Any = None  # state carried between batches (LSTM streams in truncated BPTT), sharded like the batch
+    skipped: Any = None  # number of updates skipped for non-finite numbers (nan_policy=skip)
+    first_bad: Any = None  # [step, first non-finite gradient leaf, loss finite] of the first bad update, or -1s
 
 
 @dataclasses.dataclass
@@ -56,8 +58,13 @@ def _tree_norm(tree) -> jax.Array:
     return optax.tree_utils.tree_norm(tree)
 
 
-def make_train_step(graphdef, tx: optax.GradientTransformation, task):
-    """(state, batch) -> (state, metrics); loss is the mean over the *global* batch."""
+def make_train_step(graphdef, tx: optax.GradientTransformation, task, nan_policy: str = "stop"):
+    """(state, batch) -> (state, metrics); loss is the mean over the *global* batch.
+
+    A non-finite loss or gradient is recorded in ``state.first_bad`` (the loop stops on it); with
+    ``nan_policy="skip"`` that update is not applied (params, optimizer, model and carried state keep
+    their previous values) and ``state.skipped`` counts it.
+    """
 
     def step(state: TrainState, batch):
         def loss_fn(params):
@@ -69,19 +76,29 @@ def make_train_step(graphdef, tx: optax.GradientTransformation, task):
         (loss, (model_state, carry)), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params)
         updates, opt_state = tx.update(grads, state.opt_state, state.params)
         params = optax.apply_updates(state.params, updates)
+        leaf_ok = jnp.stack([jnp.all(jnp.isfinite(g)) for g in jax.tree.leaves(grads)])
+        finite = jnp.isfinite(loss) & jnp.all(leaf_ok)
+        if nan_policy == "skip":
+            keep = lambda new, old: jax.tree.map(lambda a, b: jnp.where(finite, a, b), new, old)  # noqa: E731
+            params, opt_state = keep(params, state.params), keep(opt_state, state.opt_state)
+            model_state, carry = keep(model_state, state.model_state), keep(carry, state.carry)
+        this_bad = jnp.stack([state.step + 1, jnp.argmin(leaf_ok), jnp.isfinite(loss)]).astype(jnp.int32)
+        first_bad = jnp.where((state.first_bad[0] < 0) & ~finite, this_bad, state.first_bad)
+        skipped = state.skipped + (~finite).astype(jnp.int32)
         metrics = {
             "loss": loss,
             "lr": optim.current_lr(opt_state),
             "grad_norm": _tree_norm(grads),
             "update_norm": _tree_norm(updates),
             "param_norm": _tree_norm(params),
+            "skipped_updates": skipped,
         }
         ratios = optim.trust_ratios(opt_state)
         if ratios is not None:
             r = jnp.stack(jax.tree.leaves(ratios))
             metrics.update(trust_ratio_min=r.min(), trust_ratio_mean=r.mean(), trust_ratio_max=r.max())
         new_state = state.replace(step=state.step + 1, params=params, opt_state=opt_state, model_state=model_state,
-                                  carry=carry)  # fmt: skip
+                                  carry=carry, skipped=skipped, first_bad=first_bad)  # fmt: skip
         return new_state, metrics
 
     return step
@@ -98,7 +115,8 @@ def state_shardings(state: TrainState, mesh) -> TrainState:
     """Everything replicated except the carried state, which is split along the batch like the data."""
     repl = parallel.replicated(mesh)
     return TrainState(step=repl, params=repl, opt_state=repl, model_state=repl,
-                      carry=jax.tree.map(lambda _: parallel.batch_sharding(mesh), state.carry))  # fmt: skip
+                      carry=jax.tree.map(lambda _: parallel.batch_sharding(mesh), state.carry),
+                      skipped=repl, first_bad=repl)  # fmt: skip
 
 
 def init_state(config, steps_per_epoch: int, mesh, task=None) -> tuple[TrainState, Setup]:
@@ -115,7 +133,8 @@ def init_state(config, steps_per_epoch: int, mesh, task=None) -> tuple[TrainStat
                           num_epochs=config.num_epochs)  # fmt: skip
     carry = (task or tasks.make(config.task)).init_carry(model, global_batch)
     state = TrainState(step=jnp.zeros((), jnp.int32), params=params, opt_state=tx.init(params),
-                       model_state=model_state, carry=carry)  # fmt: skip
+                       model_state=model_state, carry=carry, skipped=jnp.zeros((), jnp.int32),
+                       first_bad=jnp.full((3,), -1, jnp.int32))  # fmt: skip
     state = jax.device_put(state, state_shardings(state, mesh))
     num_params = sum(int(np.prod(x.shape)) for x in jax.tree.leaves(params))
     setup = Setup(mesh, train_graphdef, eval_graphdef, tx, plan, global_batch, per_device, num_params)
@@ -154,9 +173,20 @@ def _save_json(path: str, obj) -> None:
     os.replace(tmp, path)
 
 
-def _check_finite(loss: float, step: int) -> None:
-    if not np.isfinite(loss):
-        raise FloatingPointError(f"non-finite loss {loss} at step {step}: lower optim.base_lr or set optim.clip_norm")
+def _check_finite(state: TrainState, nan_policy: str, checkpoints) -> None:
+    """Stop on the first non-finite update (nan_policy=stop), naming the step, the metric and the first
+    parameter whose gradient was not finite; nothing from that step on has been checkpointed."""
+    bad_step, leaf, loss_ok = (int(x) for x in jax.device_get(state.first_bad))
+    if bad_step < 0 or nan_policy == "skip":
+        return
+    path = optim.path_str(jax.tree_util.tree_flatten_with_path(state.params)[0][leaf][0])
+    what = f"gradient (first non-finite leaf: {path})" if loss_ok else f"loss (first non-finite gradient leaf: {path})"
+    latest = checkpoints.latest_step()
+    raise FloatingPointError(
+        f"non-finite {what} at step {bad_step}; the last good checkpoint is "
+        f"{'step ' + str(latest) if latest is not None else 'none'}: lower optim.base_lr, set optim.clip_norm, "
+        "or --config.nan_policy=skip"
+    )
 
 
 class _PreemptionWatch:
@@ -236,7 +266,8 @@ def train_and_evaluate(config, workdir: str) -> dict[str, Any]:
 
     repl, data_sh = parallel.replicated(mesh), parallel.batch_sharding(mesh)
     state_sh = state_shardings(state, mesh)
-    train_step = jax.jit(make_train_step(setup.train_graphdef, setup.tx, task),
+    nan_policy = config.get("nan_policy", "stop")
+    train_step = jax.jit(make_train_step(setup.train_graphdef, setup.tx, task, nan_policy),
                          in_shardings=(state_sh, data_sh), out_shardings=(state_sh, repl), donate_argnums=(0,))  # fmt: skip
     eval_step = jax.jit(make_eval_step(setup.eval_graphdef, task), in_shardings=(repl, repl, data_sh, data_sh),
                         out_shardings=(repl, data_sh))  # fmt: skip
@@ -276,7 +307,7 @@ def train_and_evaluate(config, workdir: str) -> dict[str, Any]:
             state, metrics = train_step(state, parallel.to_global(next(data_iter), mesh))
             step += 1
             if preemption.requested(step):
-                _check_finite(float(metrics["loss"]), step)
+                _check_finite(state, nan_policy, checkpoints)
                 checkpoints.save(step, state, force=True)
                 writer.close()
                 checkpoints.close()
@@ -285,11 +316,11 @@ def train_and_evaluate(config, workdir: str) -> dict[str, Any]:
                           "run the same command again to resume", flush=True)  # fmt: skip
                 return {"preempted": True, "step": step, "plan": dataclasses.asdict(plan), "state": state}
             if step % checkpoint_every == 0 or step == total:
-                _check_finite(float(metrics["loss"]), step)  # never commit a state from a non-finite loss
+                _check_finite(state, nan_policy, checkpoints)  # never commit a state after a bad update
                 checkpoints.save(step, state, force=True)
             if step % log_every == 0 or step == total:
+                _check_finite(state, nan_policy, checkpoints)
                 m = {k: float(v) for k, v in jax.device_get(metrics).items()}
-                _check_finite(m["loss"], step)
                 m[f"{dataset.unit}_per_sec"] = progress.update(step, m["loss"], m["lr"])
                 m["epoch"] = step / plan.steps_per_epoch
                 writer.write(step, "train", m)

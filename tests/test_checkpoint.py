@@ -92,3 +92,50 @@ def test_sigterm_saves_and_exits_cleanly(tmp_path):
     resumed = start(tmp_path, 1)
     rest, _ = resumed.communicate(timeout=600)
     assert resumed.returncode == 0 and f"resuming from the checkpoint at step {step}" in rest
+
+
+def poisoned_mnist(monkeypatch, batch):
+    """The embedded MNIST as float images, with one NaN pixel in the example first seen at update 41."""
+    from lbtrain import data as data_lib
+    from lbtrain.data.batching import ArraySource, TrainBatches
+
+    real = data_lib.make(config_lib.load_config(os.path.join(ROOT, "configs/mnist_lstm.py")).data)
+    everything = np.arange(len(real.train))
+    images = real.train[everything]["image"].astype(np.float32)
+    poison = TrainBatches(real.train, batch, seed=0).local_indices(40)[0]
+    images[poison, 3, 5] = np.nan
+    train_src = ArraySource(image=images, label=real.train[everything]["label"])
+    monkeypatch.setattr(train.data_lib, "make", lambda cfg, workdir=None: data_lib.ClassificationData(train_src, real.eval))
+
+
+def nan_config(policy):
+    cfg = config_lib.load_config(os.path.join(ROOT, "configs/mnist_lstm.py:runlocal=True"))
+    cfg.unlock()
+    cfg.checkpoint_every_epochs, cfg.log_every_steps, cfg.nan_policy = 0.1, 10, policy  # checkpoints every 25
+    return cfg
+
+
+@pytest.mark.slow
+def test_nan_stops_the_run_and_keeps_the_last_good_checkpoint(tmp_path, monkeypatch):
+    poisoned_mnist(monkeypatch, 16)
+    with pytest.raises(FloatingPointError) as err:
+        train.train_and_evaluate(nan_config("stop"), str(tmp_path))
+    message = str(err.value)
+    assert message.startswith("non-finite loss (first non-finite gradient leaf: ")
+    assert "at step 41; the last good checkpoint is step 25" in message
+    assert "--config.nan_policy=skip" in message
+    assert Checkpointer(str(tmp_path), 25).latest_step() == 25
+
+
+@pytest.mark.slow
+def test_nan_policy_skip_drops_and_counts_the_bad_updates(tmp_path, monkeypatch):
+    poisoned_mnist(monkeypatch, 16)
+    result = train.train_and_evaluate(nan_config("skip"), str(tmp_path))
+    import json
+
+    rows = [json.loads(line) for line in open(tmp_path / "metrics.jsonl") if '"train"' in line]
+    assert rows[-1]["skipped_updates"] == 2  # the poisoned example comes once per epoch, 2 epochs
+    assert all(np.isfinite(r["loss"]) for r in rows)  # logged every 10 steps: never the skipped 41st or 291st
+    assert result["final"]["accuracy"] > 0.5
+    params = jax.tree.leaves(jax.device_get(result["state"].params))
+    assert all(np.isfinite(p).all() for p in params)
