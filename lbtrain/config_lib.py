@@ -91,6 +91,7 @@ def add_run_fields(config: ml_collections.ConfigDict) -> ml_collections.ConfigDi
     config.keep_checkpoints = 2
     config.resume_policy = "strict"  # strict: refuse to resume a workdir whose config differs | allow_changes
     config.nan_policy = "stop"  # stop: a non-finite loss/gradient ends the run | skip: drop that update, count it
+    config.accum_steps = 1  # micro-batches per update (gradient accumulation inside the step)
     return config
 
 

@@ -52,28 +52,60 @@ class Setup:
     global_batch: int
     per_device_batch: int
     num_params: int
+    accum_steps: int = 1
 
 
 def _tree_norm(tree) -> jax.Array:
     return optax.tree_utils.tree_norm(tree)
 
 
-def make_train_step(graphdef, tx: optax.GradientTransformation, task, nan_policy: str = "stop"):
+def make_train_step(graphdef, tx: optax.GradientTransformation, task, nan_policy: str = "stop", accum_steps: int = 1):
     """(state, batch) -> (state, metrics); loss is the mean over the *global* batch.
+
+    With ``accum_steps = k > 1`` the batch is processed as k micro-batches whose gradients are summed
+    inside the step, then one optimizer update is applied (schedules count updates, not micro-batches).
 
     A non-finite loss or gradient is recorded in ``state.first_bad`` (the loop stops on it); with
     ``nan_policy="skip"`` that update is not applied (params, optimizer, model and carried state keep
     their previous values) and ``state.skipped`` counts it.
     """
 
-    def step(state: TrainState, batch):
-        def loss_fn(params):
-            model = nnx.merge(graphdef, params, state.model_state)
-            loss_sum, count, carry = task.loss(model, batch, state.carry)
-            new_model_state = nnx.to_pure_dict(nnx.split(model, nnx.Param, ...)[2])
-            return loss_sum / count, (new_model_state, jax.lax.stop_gradient(carry))
+    def loss_sum_fn(params, model_state, batch, carry):
+        model = nnx.merge(graphdef, params, model_state)
+        loss_sum, count, carry = task.loss(model, batch, carry)
+        new_model_state = nnx.to_pure_dict(nnx.split(model, nnx.Param, ...)[2])
+        return loss_sum, (count, new_model_state, jax.lax.stop_gradient(carry))
 
-        (loss, (model_state, carry)), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params)
+    grad_fn = jax.value_and_grad(loss_sum_fn, has_aux=True)
+
+    def accumulate(params, model_state, batch, carry):
+        """Sum of the loss and of its gradient over ``accum_steps`` micro-batches (``lax.scan``).
+
+        Micro-batch ``i`` takes rows ``i, i + k, i + 2k, ...``: each device's contiguous share of the
+        batch holds its share of every micro-batch, so the split needs no communication."""
+        if accum_steps == 1:
+            (loss_sum, (count, model_state, carry)), grads = grad_fn(params, model_state, batch, carry)
+            return loss_sum, count, grads, model_state, carry
+        split = lambda x: jnp.swapaxes(x.reshape(x.shape[0] // accum_steps, accum_steps, *x.shape[1:]), 0, 1)  # noqa: E731
+        merge = lambda x: jnp.swapaxes(x, 0, 1).reshape(-1, *x.shape[2:])  # noqa: E731
+
+        def body(acc, micro):
+            loss_sum, count, grads, model_state = acc
+            mb, mcarry = micro
+            (l, (c, model_state, mcarry)), g = grad_fn(params, model_state, mb, mcarry)
+            return (loss_sum + l, count + c, jax.tree.map(jnp.add, grads, g), model_state), mcarry
+
+        zeros = (jnp.zeros((), jnp.float32), jnp.zeros((), jnp.float32), jax.tree.map(jnp.zeros_like, params), model_state)
+        (loss_sum, count, grads, model_state), carries = jax.lax.scan(
+            body, zeros, (jax.tree.map(split, batch), jax.tree.map(split, carry))
+        )
+        return loss_sum, count, grads, model_state, jax.tree.map(merge, carries)
+
+    def step(state: TrainState, batch):
+        loss_sum, count, grads, model_state, carry = accumulate(state.params, state.model_state, batch, state.carry)
+        # the mean over the global batch, taken after every sum: padding and splits never bias it
+        loss = loss_sum / count
+        grads = jax.tree.map(lambda g: g / count, grads)
         updates, opt_state = tx.update(grads, state.opt_state, state.params)
         params = optax.apply_updates(state.params, updates)
         leaf_ok = jnp.stack([jnp.all(jnp.isfinite(g)) for g in jax.tree.leaves(grads)])
@@ -122,6 +154,12 @@ def state_shardings(state: TrainState, mesh) -> TrainState:
 def init_state(config, steps_per_epoch: int, mesh, task=None) -> tuple[TrainState, Setup]:
     global_batch = int(config.batch_size)
     per_device = parallel.per_device_batch(global_batch, mesh)
+    accum = int(config.get("accum_steps", 1) or 1)
+    if accum < 1 or per_device % accum:
+        raise parallel.ShardingError(
+            f"batch_size={global_batch} is not divisible by {mesh.size} devices x accum_steps={accum}: use a "
+            f"multiple of {mesh.size * accum}, or another accum_steps"
+        )
     rngs = nnx.Rngs(params=config.seed, dropout=config.seed + 1)
     model = models.make(config.model, rngs)
     model.train()
@@ -137,7 +175,7 @@ def init_state(config, steps_per_epoch: int, mesh, task=None) -> tuple[TrainStat
                        first_bad=jnp.full((3,), -1, jnp.int32))  # fmt: skip
     state = jax.device_put(state, state_shardings(state, mesh))
     num_params = sum(int(np.prod(x.shape)) for x in jax.tree.leaves(params))
-    setup = Setup(mesh, train_graphdef, eval_graphdef, tx, plan, global_batch, per_device, num_params)
+    setup = Setup(mesh, train_graphdef, eval_graphdef, tx, plan, global_batch, per_device, num_params, accum)
     return state, setup
 
 
@@ -146,7 +184,8 @@ def describe(setup: Setup, num_train: int) -> str:
     return "\n".join(
         [
             f"devices: {setup.mesh.size} ({jax.devices()[0].platform}) | processes: {jax.process_count()}",
-            f"global batch: {setup.global_batch} | per-device batch: {setup.per_device_batch} | accumulation steps: 1",
+            f"global batch: {setup.global_batch} | per-device batch: {setup.per_device_batch} | accumulation steps: "
+            f"{setup.accum_steps} (micro-batch per device: {setup.per_device_batch // setup.accum_steps})",
             f"train examples: {num_train} | steps/epoch: {p.steps_per_epoch} | total steps: {p.total_steps}",
             f"optimizer: {p.optimizer} | scheme: {p.scheme} (lr {p.lr_rule}, warmup {p.warmup_rule}) | "
             f"batch ratio k: {p.batch_size / p.base_batch_size:g}",
@@ -267,7 +306,7 @@ def train_and_evaluate(config, workdir: str) -> dict[str, Any]:
     repl, data_sh = parallel.replicated(mesh), parallel.batch_sharding(mesh)
     state_sh = state_shardings(state, mesh)
     nan_policy = config.get("nan_policy", "stop")
-    train_step = jax.jit(make_train_step(setup.train_graphdef, setup.tx, task, nan_policy),
+    train_step = jax.jit(make_train_step(setup.train_graphdef, setup.tx, task, nan_policy, setup.accum_steps),
                          in_shardings=(state_sh, data_sh), out_shardings=(state_sh, repl), donate_argnums=(0,))  # fmt: skip
     eval_step = jax.jit(make_eval_step(setup.eval_graphdef, task), in_shardings=(repl, repl, data_sh, data_sh),
                         out_shardings=(repl, data_sh))  # fmt: skip

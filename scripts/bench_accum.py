@@ -1,0 +1,79 @@
+"""Gradient-accumulation overhead: one update of batch B as 1, 2, 4, 8 micro-batches, same process.
+
+    python scripts/bench_accum.py                       # PTB-small LM (2x200, vocab 10k, T=20), B=640
+    python scripts/bench_accum.py --batch=256 --config=configs/mnist_lstm.py
+
+Prints the time per update for each split (interleaved rounds, median) and its ratio to k = 1.
+"""
+
+from __future__ import annotations
+
+import statistics
+import sys
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from absl import app, flags
+
+from lbtrain import config_lib, parallel, tasks, train
+from lbtrain.data.batching import ArraySource, TrainBatches
+from lbtrain.data.streams import StreamBatches
+
+_CONFIG = flags.DEFINE_string("config", "configs/ptb_lstm.py:size=small", "Config (file:arg).")
+_BATCH = flags.DEFINE_integer("batch", 640, "Global batch per update.")
+_SPLITS = flags.DEFINE_list("accum", ["1", "2", "4", "8"], "Micro-batch counts to compare.")
+_ROUNDS = flags.DEFINE_integer("rounds", 3, "Timed rounds (median).")
+
+
+def make_batch(cfg, batch: int):
+    rng = np.random.default_rng(0)
+    if cfg.task == "language_model":
+        ids = rng.integers(0, cfg.model.vocab_size, batch * cfg.data.window * 2 + 1).astype(np.int32)
+        return StreamBatches(ids, batch, cfg.data.window).batch_at(1)
+    src = ArraySource(image=rng.integers(0, 256, (batch, 28, 28)).astype(np.uint8), label=rng.integers(0, 10, batch))
+    return TrainBatches(src, batch, 0).batch_at(0)
+
+
+def main(argv):
+    del argv
+    cfg = config_lib.load_config(f"{_CONFIG.value},batch={_BATCH.value}" if ":" in _CONFIG.value
+                                 else f"{_CONFIG.value}:batch={_BATCH.value}")  # fmt: skip
+    mesh = parallel.make_mesh(cfg.get("num_devices", 0))
+    task = tasks.make(cfg.task)
+    batch = parallel.to_global(make_batch(cfg, _BATCH.value), mesh)
+    runs = {}
+    for k in map(int, _SPLITS.value):
+        cfg.unlock()
+        cfg.accum_steps = k
+        state, setup = train.init_state(cfg, 100, mesh, task)
+        sh = train.state_shardings(state, mesh)
+        step = jax.jit(train.make_train_step(setup.train_graphdef, setup.tx, task, accum_steps=k),
+                       in_shardings=(sh, parallel.batch_sharding(mesh)), out_shardings=(sh, parallel.replicated(mesh)),
+                       donate_argnums=(0,))  # fmt: skip
+        holder = {"state": state}
+
+        def run(step=step, holder=holder):
+            holder["state"], metrics = step(holder["state"], batch)
+            return jax.block_until_ready(metrics["loss"])
+
+        run()
+        runs[k] = run
+    times = {k: [] for k in runs}
+    for _ in range(_ROUNDS.value):
+        for k, run in runs.items():
+            start = time.perf_counter()
+            run()
+            times[k].append(time.perf_counter() - start)
+    base = statistics.median(times[min(runs)])
+    print(f"{_CONFIG.value} | global batch {_BATCH.value} | {mesh.size} device(s) | {jax.devices()[0].platform}")
+    print("| accum_steps | micro-batch | ms / update | vs accum_steps=1 |")
+    print("|---|---|---|---|")
+    for k in runs:
+        t = statistics.median(times[k])
+        print(f"| {k} | {_BATCH.value // k} | {1e3 * t:.1f} | {t / base:.2f}x |")
+
+
+if __name__ == "__main__":
+    sys.exit(app.run(main))
