@@ -92,12 +92,17 @@ def add_run_fields(config: ml_collections.ConfigDict) -> ml_collections.ConfigDi
     config.resume_policy = "strict"  # strict: refuse to resume a workdir whose config differs | allow_changes
     config.nan_policy = "stop"  # stop: a non-finite loss/gradient ends the run | skip: drop that update, count it
     config.accum_steps = 1  # micro-batches per update (gradient accumulation inside the step)
+    config.distributed = ml_collections.ConfigDict()  # multi-process; empty = single process (or TPU auto)
+    config.distributed.coordinator_address = ""  # host:port of process 0 (or $LBTRAIN_COORDINATOR)
+    config.distributed.num_processes = 0
+    config.distributed.process_id = -1
     return config
 
 
 # Fields that may change between a run and its resumption without altering what is computed.
 RESUMABLE_CHANGES = ("log_every_steps", "eval_every_epochs", "checkpoint_every_epochs", "keep_checkpoints",
-                     "resume_policy", "num_devices", "eval_batch_size")  # fmt: skip
+                     "resume_policy", "num_devices", "eval_batch_size", "distributed.coordinator_address",
+                     "distributed.num_processes", "distributed.process_id")  # fmt: skip
 RESUME_POLICIES = ("strict", "allow_changes")
 
 

@@ -9,6 +9,8 @@ over the batch in model code for no gain here.
 
 from __future__ import annotations
 
+import os
+
 import jax
 import numpy as np
 from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec as P
@@ -16,6 +18,29 @@ from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec as P
 
 class ShardingError(ValueError):
     pass
+
+
+def initialize_distributed(cfg=None) -> bool:
+    """Start multi-process JAX when asked: ``cfg.coordinator_address`` / ``num_processes`` /
+    ``process_id`` (or the environment variables ``LBTRAIN_COORDINATOR``, ``LBTRAIN_NUM_PROCESSES``,
+    ``LBTRAIN_PROCESS_ID``) give an explicit cluster; on a Cloud TPU VM slice (``TPU_WORKER_HOSTNAMES``
+    lists more than one host) JAX discovers it. CPU processes talk over gloo. Call before any other JAX
+    use. Returns whether more than one process runs."""
+    get = (lambda k, d: cfg.get(k, d)) if cfg is not None else (lambda k, d: d)  # noqa: E731
+    address = get("coordinator_address", "") or os.environ.get("LBTRAIN_COORDINATOR", "")
+    if address:
+        count = int(get("num_processes", 0) or os.environ.get("LBTRAIN_NUM_PROCESSES", 0))
+        index = int(get("process_id", -1) if get("process_id", -1) >= 0 else os.environ.get("LBTRAIN_PROCESS_ID", -1))
+        if count < 1 or not 0 <= index < count:
+            raise ShardingError(
+                f"distributed run at {address} needs num_processes >= 1 and 0 <= process_id < num_processes "
+                f"(got {count}, {index}): set --config.distributed.num_processes and .process_id"
+            )
+        jax.config.update("jax_cpu_collectives_implementation", "gloo")
+        jax.distributed.initialize(coordinator_address=address, num_processes=count, process_id=index)
+    elif len([h for h in os.environ.get("TPU_WORKER_HOSTNAMES", "").split(",") if h]) > 1:
+        jax.distributed.initialize()
+    return jax.process_count() > 1
 
 
 def make_mesh(num_devices: int = 0) -> Mesh:
