@@ -212,6 +212,19 @@ def _save_json(path: str, obj) -> None:
     os.replace(tmp, path)
 
 
+def _check_workdir(workdir: str) -> None:
+    try:
+        os.makedirs(workdir, exist_ok=True)
+        probe = os.path.join(workdir, f".write_test_{os.getpid()}")
+        with open(probe, "w"):
+            pass
+        os.remove(probe)
+    except OSError as e:
+        raise config_lib.ConfigError(
+            f"workdir {workdir} is not writable ({type(e).__name__}: {e.strerror or e}): choose another --workdir"
+        ) from e
+
+
 def _check_finite(state: TrainState, nan_policy: str, checkpoints) -> None:
     """Stop on the first non-finite update (nan_policy=stop), naming the step, the metric and the first
     parameter whose gradient was not finite; nothing from that step on has been checkpointed."""
@@ -278,6 +291,7 @@ def train_and_evaluate(config, workdir: str) -> dict[str, Any]:
     ``results.json``. A workdir that holds a checkpoint is resumed from it (same config required unless
     ``resume_policy=allow_changes``); the resumed run sees exactly the batches it would have seen.
     """
+    _check_workdir(workdir)
     mesh = parallel.make_mesh(config.get("num_devices", 0))
     writer_enabled = parallel.is_writer()
     pidx, pcount = jax.process_index(), jax.process_count()
