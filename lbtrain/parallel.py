@@ -78,10 +78,6 @@ def to_global(local_batch: dict[str, np.ndarray], mesh: Mesh) -> dict[str, jax.A
     return {k: jax.make_array_from_process_local_data(sharding, v) for k, v in local_batch.items()}
 
 
-def replicate(tree, mesh: Mesh):
-    return jax.device_put(tree, replicated(mesh))
-
-
 def is_writer() -> bool:
     """One process writes metrics and prints progress."""
     return jax.process_index() == 0

@@ -18,8 +18,6 @@ Schedules count optimizer updates, never micro-batches.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import jax.numpy as jnp
 import optax
 
@@ -200,11 +198,6 @@ def legw_schedule(
     )
 
 
-def schedule_values(schedule: optax.Schedule, steps: Sequence[int]):
-    """Evaluate a schedule at many steps (for plots and printing)."""
-    return [float(schedule(s)) for s in steps]
-
-
 __all__ = [
     "DECAYS",
     "epochs_to_steps",
@@ -212,5 +205,4 @@ __all__ = [
     "scaled_schedule",
     "scheme_schedule",
     "legw_schedule",
-    "schedule_values",
 ]
