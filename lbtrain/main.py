@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import sys
 
-from absl import app, flags, logging
+from absl import app, flags
 from ml_collections import config_flags
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Config file, with an optional :arg.", lock_config=True)
@@ -14,6 +14,7 @@ flags.mark_flags_as_required(["config", "workdir"])
 
 # Mistakes a user can fix get one line, not a traceback (LBTRAIN_TRACEBACK=1 shows it).
 from lbtrain.data.mnist import DataError  # noqa: E402
+from lbtrain.metrics import quiet_library_logs  # noqa: E402
 from lbtrain.parallel import ShardingError  # noqa: E402
 
 USER_ERRORS = (ValueError, DataError, ShardingError, FloatingPointError)
@@ -69,8 +70,7 @@ def main(argv) -> None:
         _fail(f"unexpected arguments: {' '.join(argv[1:])}", 2)
     from lbtrain import config_lib, parallel, train
 
-    if not flags.FLAGS["verbosity"].present:  # library INFO logs (Orbax, XLA) only on request
-        logging.set_verbosity(logging.WARNING)
+    quiet_library_logs()
 
     try:
         config_lib.validate(_CONFIG.value)

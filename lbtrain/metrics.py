@@ -56,6 +56,15 @@ class MetricWriter:
             self._tb.close()
 
 
+def quiet_library_logs() -> None:
+    """In an absl app: library INFO logs (Orbax's per-save lines, XLA's backend probing) only when
+    ``--verbosity`` asks for them."""
+    from absl import flags, logging
+
+    if "verbosity" in flags.FLAGS and not flags.FLAGS["verbosity"].present:
+        logging.set_verbosity(logging.WARNING)
+
+
 def read_jsonl(path: str) -> list[dict]:
     with open(path) as f:
         return [json.loads(line) for line in f if line.strip()]

@@ -15,6 +15,7 @@ import sys
 from absl import app, flags
 
 from lbtrain import config_lib, train
+from lbtrain.metrics import quiet_library_logs
 
 _SCHEMES = flags.DEFINE_list("schemes", ["legw"], "Schemes to run at the large batch (legw, linear, sqrt, none).")
 _FACTOR = flags.DEFINE_integer("factor", 16, "Large batch = factor x base batch.")
@@ -35,6 +36,7 @@ def _run(arg: str, name: str) -> dict:
 
 def main(argv) -> None:
     del argv
+    quiet_library_logs()
     extra = f",{_OVERRIDES.value}" if _OVERRIDES.value else ""
     base = config_lib.load_config(f"{_CONFIG.value}:{extra.lstrip(',')}").optim.base_batch_size
     rows = [_run(f"batch={base}{extra}", f"b{base}_base")]
