@@ -136,6 +136,15 @@ def make_train_step(graphdef, tx: optax.GradientTransformation, task, nan_policy
     return step
 
 
+def jit_train_step(setup: Setup, task, state: TrainState, nan_policy: str = "stop"):
+    """The train step jitted as the loop runs it: state sharded by ``state_shardings`` (and donated),
+    the batch split along ``'data'``, metrics replicated."""
+    sh = state_shardings(state, setup.mesh)
+    step = make_train_step(setup.train_graphdef, setup.tx, task, nan_policy, setup.accum_steps)
+    return jax.jit(step, in_shardings=(sh, parallel.batch_sharding(setup.mesh)),
+                   out_shardings=(sh, parallel.replicated(setup.mesh)), donate_argnums=(0,))  # fmt: skip
+
+
 def make_eval_step(graphdef, task):
     def step(params, model_state, carry, batch):
         return task.eval_metrics(nnx.merge(graphdef, params, model_state), batch, carry)
@@ -318,10 +327,8 @@ def train_and_evaluate(config, workdir: str) -> dict[str, Any]:
             print(f"resuming from the checkpoint at step {resume_step} in {checkpoints.directory}", flush=True)
 
     repl, data_sh = parallel.replicated(mesh), parallel.batch_sharding(mesh)
-    state_sh = state_shardings(state, mesh)
     nan_policy = config.get("nan_policy", "stop")
-    train_step = jax.jit(make_train_step(setup.train_graphdef, setup.tx, task, nan_policy, setup.accum_steps),
-                         in_shardings=(state_sh, data_sh), out_shardings=(state_sh, repl), donate_argnums=(0,))  # fmt: skip
+    train_step = jit_train_step(setup, task, state, nan_policy)
     eval_step = jax.jit(make_eval_step(setup.eval_graphdef, task), in_shardings=(repl, repl, data_sh, data_sh),
                         out_shardings=(repl, data_sh))  # fmt: skip
     eval_model = nnx.merge(setup.eval_graphdef, state.params, state.model_state)

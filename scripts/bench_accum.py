@@ -13,7 +13,6 @@ import sys
 import time
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 from absl import app, flags
 
@@ -48,10 +47,7 @@ def main(argv):
         cfg.unlock()
         cfg.accum_steps = k
         state, setup = train.init_state(cfg, 100, mesh, task)
-        sh = train.state_shardings(state, mesh)
-        step = jax.jit(train.make_train_step(setup.train_graphdef, setup.tx, task, accum_steps=k),
-                       in_shardings=(sh, parallel.batch_sharding(mesh)), out_shardings=(sh, parallel.replicated(mesh)),
-                       donate_argnums=(0,))  # fmt: skip
+        step = train.jit_train_step(setup, task, state)
         holder = {"state": state}
 
         def run(step=step, holder=holder):

@@ -29,10 +29,7 @@ SCRIPT = textwrap.dedent(
         for n in (1, 8):
             mesh = parallel.make_mesh(n)
             state, setup = train.init_state(cfg, batches.steps_per_epoch, mesh)
-            step = jax.jit(train.make_train_step(setup.train_graphdef, setup.tx, tasks.make("classification")),
-                           in_shardings=(parallel.replicated(mesh), parallel.batch_sharding(mesh)),
-                           out_shardings=(parallel.replicated(mesh), parallel.replicated(mesh)),
-                           donate_argnums=(0,))
+            step = train.jit_train_step(setup, tasks.make("classification"), state)
             losses = []
             with jax.set_mesh(mesh):
                 for s in range(3):
@@ -59,9 +56,7 @@ SCRIPT = textwrap.dedent(
     for n in (1, 8):
         mesh = parallel.make_mesh(n)
         state, setup = train.init_state(cfg, streams.steps_per_epoch, mesh, task)
-        sh = train.state_shardings(state, mesh)
-        step = jax.jit(train.make_train_step(setup.train_graphdef, setup.tx, task),
-                       in_shardings=(sh, parallel.batch_sharding(mesh)), out_shardings=(sh, parallel.replicated(mesh)))
+        step = train.jit_train_step(setup, task, state)
         losses = []
         with jax.set_mesh(mesh):
             for s in range(4):

@@ -34,14 +34,13 @@ def numpy_lstm(x, wx, wh, b, c, h):
 def jnp_reference_loss(wx, wh, b, x, c, h, probe):
     """Same maths in jnp with a Python loop (no scan, no hoisting), for reference gradients."""
     hid = wh.shape[0]
+    loss = 0.0
     for t in range(x.shape[1]):
         z = [x[:, t] @ wx[:, k * hid : (k + 1) * hid] + h @ wh[:, k * hid : (k + 1) * hid] + b[k * hid : (k + 1) * hid]
              for k in range(4)]  # fmt: skip
         c = jax.nn.sigmoid(z[1]) * c + jax.nn.sigmoid(z[0]) * jnp.tanh(z[2])
         h = jax.nn.sigmoid(z[3]) * jnp.tanh(c)
-        probe_t = probe[:, t]
-        loss_t = jnp.sum(h * probe_t)
-        loss = loss_t if t == 0 else loss + loss_t
+        loss = loss + jnp.sum(h * probe[:, t])
     return loss + jnp.sum(c)
 
 
