@@ -214,6 +214,19 @@ def evaluate(eval_step, state: TrainState, batches, carry, mesh, task) -> dict[s
     return task.summarize({k: float(v) for k, v in jax.device_get(totals).items()})
 
 
+def generate(translate_step, state: TrainState, batches, mesh) -> np.ndarray:
+    """Decoded ids of every row of every global eval batch, in order, on the host."""
+    outs = []
+    for batch in batches:
+        ids = translate_step(state.params, state.model_state, parallel.to_global(batch, mesh))
+        if jax.process_count() > 1:
+            from jax.experimental import multihost_utils
+
+            ids = multihost_utils.process_allgather(ids, tiled=True)
+        outs.append(np.asarray(jax.device_get(ids)))
+    return np.concatenate(outs)
+
+
 def _save_json(path: str, obj) -> None:
     tmp = path + ".tmp"
     with open(tmp, "w") as f:
@@ -323,6 +336,8 @@ def train_and_evaluate(config, workdir: str) -> dict[str, Any]:
         os.makedirs(workdir, exist_ok=True)
         _save_json(config_path, config.to_dict())
         print(describe(setup, dataset.num_train), flush=True)
+        if hasattr(dataset, "summary"):
+            print(dataset.summary(), flush=True)
         if resume_step is not None:
             print(f"resuming from the checkpoint at step {resume_step} in {checkpoints.directory}", flush=True)
 
@@ -331,6 +346,14 @@ def train_and_evaluate(config, workdir: str) -> dict[str, Any]:
     train_step = jit_train_step(setup, task, state, nan_policy)
     eval_step = jax.jit(make_eval_step(setup.eval_graphdef, task), in_shardings=(repl, repl, data_sh, data_sh),
                         out_shardings=(repl, data_sh))  # fmt: skip
+    translate_step = None
+    if hasattr(task, "translate") and hasattr(dataset, "score"):
+        decode_kw = {k: config.decode[k] for k in ("beam_size", "alpha", "max_len")}
+
+        def translate_fn(params, model_state, batch):
+            return task.translate(nnx.merge(setup.eval_graphdef, params, model_state), batch, **decode_kw)
+
+        translate_step = jax.jit(translate_fn, in_shardings=(repl, repl, data_sh), out_shardings=data_sh)
     eval_model = nnx.merge(setup.eval_graphdef, state.params, state.model_state)
     eval_carry = jax.device_put(task.init_carry(eval_model, eval_batch), data_sh)
     del eval_model
@@ -348,6 +371,12 @@ def train_and_evaluate(config, workdir: str) -> dict[str, Any]:
         for split in dataset.eval_splits:
             split_batches = dataset.eval_batches(split, eval_batch, pidx, pcount)
             ev = evaluate(eval_step, state, split_batches, eval_carry, mesh, task)
+            samples = []
+            if translate_step is not None:
+                t0 = time.perf_counter()
+                ids = generate(translate_step, state, dataset.eval_batches(split, eval_batch, pidx, pcount), mesh)
+                scores, samples = dataset.score(split, ids[: len(dataset.evals[split].src)])
+                ev.update(scores, decode_time_s=time.perf_counter() - t0)
             ev.update(epoch=step / plan.steps_per_epoch, train_time_s=train_time)
             writer.write(step, split, ev)
             history.append({"step": step, "split": split, **ev})
@@ -356,6 +385,8 @@ def train_and_evaluate(config, workdir: str) -> dict[str, Any]:
                       + " | ".join(f"{k} {v:.4f}" if isinstance(v, float) else f"{k} {v}"
                                    for k, v in ev.items() if k not in ("epoch", "step")),
                       flush=True)  # fmt: skip
+                for source, reference, output in samples:
+                    print(f"  source: {source}\n  reference: {reference}\n  output: {output}", flush=True)
 
     step = int(state.step)
     progress.start(step)

@@ -27,6 +27,9 @@ CASES = {
                                    "batch size 8000 is larger than the 4000 training examples: lower batch_size"),
     "PTB files missing": (["--config=configs/ptb_lstm.py:batch=16", "--config.data.dir=/nonexistent/ptb"],
                           "PTB file ptb.train.txt not found in '/nonexistent/ptb'"),
+    "WMT16 not prepared": (["--config=configs/gnmt.py:corpus=wmt16,size=tiny", "--config.data.dir=/nonexistent/tfds"],
+                           "TFDS dataset 'wmt16_translate/de-en' split 'train' is not prepared in /nonexistent/tfds: run `tfds build"),
+    "unknown corpus": (["--config=configs/gnmt.py:corpus=europarl"], "unknown corpus 'europarl'; valid choices: wmt16, bible, numbers"),
     "missing config file": (["--config=configs/gnmt_typo.py"], "config file 'configs/gnmt_typo.py' not found"),
 }  # fmt: skip
 

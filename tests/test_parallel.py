@@ -71,6 +71,35 @@ SCRIPT = textwrap.dedent(
         "carry_diff": max(float(np.max(np.abs(a - b))) for a, b in zip(jax.tree.leaves(c1), jax.tree.leaves(c8))),
         "carry_devices": sorted(dev8), "losses": l1,
     }
+    # GNMT: bucketed padded batches, attention masks, and the decoded ids gathered for BLEU
+    from flax import nnx
+    cfg = config_lib.load_config("configs/gnmt.py:runlocal=True,batch=32")
+    cfg.unlock(); cfg.model.hidden_size = 16; cfg.model.num_layers = 3; cfg.model.dropout = 0.2
+    cfg.data.num_train = 256; cfg.data.num_eval = 24; cfg.data.vocab_size = 120
+    data = __import__("lbtrain.data", fromlist=["make"]).make(cfg.data)
+    batches = data.train_batches(32, seed=0)
+    task = tasks.make("translation")
+    results = {}
+    for n in (1, 8):
+        mesh = parallel.make_mesh(n)
+        state, setup = train.init_state(cfg, batches.steps_per_epoch, mesh, task)
+        step = train.jit_train_step(setup, task, state)
+        losses = []
+        with jax.set_mesh(mesh):
+            for s in range(3):
+                state, metrics = step(state, parallel.to_global(batches.batch_at(s), mesh))
+                losses.append(float(metrics["loss"]))
+            fn = lambda p, m, b: task.translate(nnx.merge(setup.eval_graphdef, p, m), b, beam_size=2, max_len=12)
+            tr = jax.jit(fn, in_shardings=(parallel.replicated(mesh),) * 2 + (parallel.batch_sharding(mesh),),
+                         out_shardings=parallel.batch_sharding(mesh))
+            ids = train.generate(tr, state, data.eval_batches("valid", 16), mesh)
+        results[n] = (losses, jax.device_get(state.params), ids)
+    (l1, p1, i1), (l8, p8, i8) = results[1], results[8]
+    out["gnmt"] = {
+        "loss_diff": max(abs(a - b) for a, b in zip(l1, l8)),
+        "param_diff": max(float(np.max(np.abs(a - b))) for a, b in zip(jax.tree.leaves(p1), jax.tree.leaves(p8))),
+        "ids_equal": bool(np.array_equal(i1, i8)), "ids_shape": list(i1.shape), "losses": l1,
+    }
     try:
         parallel.per_device_batch(12, parallel.make_mesh(8))
     except parallel.ShardingError as e:
@@ -95,4 +124,7 @@ def test_one_device_equals_eight_devices():
     assert lm["loss_diff"] < 1e-5 and lm["param_diff"] < 1e-5 and lm["carry_diff"] < 1e-5, lm
     assert lm["carry_devices"] == [8]  # every device holds the state of its own streams
     assert lm["losses"][0] != lm["losses"][3]
+    g = out["gnmt"]
+    assert g["loss_diff"] < 1e-5 and g["param_diff"] < 1e-5 and g["ids_equal"], g
+    assert g["ids_shape"] == [32, 12] and g["losses"][0] != g["losses"][2]  # 24 sentences in 2 batches of 16
     assert out["error"] == "batch_size=12 is not divisible by the 8 devices: use a multiple of 8 (e.g. 8 or 16)"

@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import dataclasses
 
-from lbtrain.data import lm_corpus, mnist
+from lbtrain.data import lm_corpus, mnist, translation
 from lbtrain.data.batching import ArraySource, TrainBatches, eval_batches
 from lbtrain.data.mnist import DataError
 from lbtrain.data.streams import StreamBatches, eval_windows
+from lbtrain.data.translation import TranslationData
 
-DATASETS = ("mnist", "lm")
+DATASETS = ("mnist", "lm", "translation")
 
 
 @dataclasses.dataclass
@@ -64,8 +65,12 @@ def make(cfg, workdir: str | None = None):
         raise DataError(f"unknown dataset {cfg.name!r}; valid choices: {', '.join(DATASETS)}")
     if cfg.name == "lm":
         return LanguageModelData(lm_corpus.load(cfg, workdir), int(cfg.window))
+    if cfg.name == "translation":
+        import jax
+
+        return translation.load(cfg, workdir, write=jax.process_index() == 0)
     return ClassificationData(*mnist.load(cfg))
 
 
 __all__ = ["ArraySource", "ClassificationData", "DATASETS", "DataError", "LanguageModelData", "StreamBatches",
-           "TrainBatches", "eval_batches", "eval_windows", "make"]  # fmt: skip
+           "TrainBatches", "TranslationData", "eval_batches", "eval_windows", "make"]  # fmt: skip

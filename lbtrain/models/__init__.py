@@ -5,11 +5,12 @@ from __future__ import annotations
 import jax.numpy as jnp
 from flax import nnx
 
+from lbtrain.models.gnmt import GNMT
 from lbtrain.models.lstm import LSTM, LSTMStack
 from lbtrain.models.lstm_lm import LSTMLanguageModel
 from lbtrain.models.mnist_lstm import MnistLSTM
 
-MODELS = ("mnist_lstm", "lstm_lm")
+MODELS = ("mnist_lstm", "lstm_lm", "gnmt")
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.float16}
 
 
@@ -26,6 +27,12 @@ def make(cfg, rngs: nnx.Rngs) -> nnx.Module:
     if cfg.name not in MODELS:
         raise ValueError(f"unknown model {cfg.name!r}; valid choices: {', '.join(MODELS)}")
     dtype, param_dtype = _dtype(cfg.get("dtype")), _dtype(cfg.get("param_dtype", "float32"))
+    if cfg.name == "gnmt":
+        return GNMT(
+            rngs=rngs, vocab_size=cfg.vocab_size, hidden_size=cfg.hidden_size, num_layers=cfg.num_layers,
+            dropout=cfg.dropout, init_scale=cfg.init_scale, label_smoothing=cfg.label_smoothing,
+            unroll=cfg.get("unroll", 1), dtype=dtype, param_dtype=param_dtype,
+        )  # fmt: skip
     if cfg.name == "lstm_lm":
         return LSTMLanguageModel(
             rngs=rngs, vocab_size=cfg.vocab_size, hidden_size=cfg.hidden_size, num_layers=cfg.num_layers,
@@ -42,4 +49,4 @@ def make(cfg, rngs: nnx.Rngs) -> nnx.Module:
     )
 
 
-__all__ = ["LSTM", "LSTMLanguageModel", "LSTMStack", "MnistLSTM", "MODELS", "make"]
+__all__ = ["GNMT", "LSTM", "LSTMLanguageModel", "LSTMStack", "MnistLSTM", "MODELS", "make"]

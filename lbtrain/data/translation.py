@@ -1,0 +1,218 @@
+"""Translation data: subword-encoded sentence pairs in length-bucketed, padded batches.
+
+Batches are ``{"src": int32 (B, L), "tgt_in": int32 (B, L), "tgt_out": int32 (B, L)}`` with ``tgt_in =
+[bos] + y`` and ``tgt_out = y + [eos]``, padded with 0 to ``L``, the smallest multiple of
+``bucket_width`` that holds the longest source and target of the *global* batch (so every process pads
+alike and the step compiles once per bucket, not once per length). Eval batches also hold ``weight``
+(0 on padding rows).
+
+Training order (a pure function of ``(seed, epoch)``, like :mod:`lbtrain.data.batching`): the epoch's
+permutation is cut into windows of ``sort_window`` batches; each window is sorted by length and chopped
+into batches; the epoch's batches are then shuffled. So a batch holds sentences of similar length (little
+padding) while batches still come in random order. Pairs longer than ``max_len`` subwords on either side
+are left out of training and counted (``dropped``); eval sources longer than ``max_eval_len`` are
+truncated and counted, and BLEU is always computed against the full raw references.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Iterator
+
+import numpy as np
+
+from lbtrain.data import parallel_text, subword
+from lbtrain.data.batching import epoch_order, process_slice, steps_per_epoch
+from lbtrain.data.mnist import DataError
+
+
+class Ragged:
+    """Variable-length int32 rows in one flat array plus offsets."""
+
+    def __init__(self, rows: list[list[int]]):
+        self.lengths = np.fromiter((len(r) for r in rows), np.int64, len(rows))
+        self.offsets = np.concatenate([[0], np.cumsum(self.lengths)])
+        self.flat = np.fromiter((t for r in rows for t in r), np.int32, int(self.offsets[-1]))
+
+    def __len__(self) -> int:
+        return len(self.lengths)
+
+    def row(self, i: int) -> np.ndarray:
+        return self.flat[self.offsets[i] : self.offsets[i + 1]]
+
+    def padded(self, indices: np.ndarray, length: int, prefix: int | None = None, suffix: int | None = None):
+        """Rows ``indices`` as a (len(indices), length) array, each optionally with a token before/after."""
+        out = np.zeros((len(indices), length), np.int32)
+        for r, i in enumerate(indices):
+            row = self.row(int(i))
+            if prefix is not None:
+                row = np.concatenate([[prefix], row])
+            if suffix is not None:
+                row = np.concatenate([row, [suffix]])
+            out[r, : len(row)] = row[:length]
+        return out
+
+
+def bucket(length: int, width: int) -> int:
+    return max(width, -(-int(length) // width) * width)
+
+
+def _assemble(src: Ragged, tgt: Ragged, global_idx: np.ndarray, mine: np.ndarray, width: int) -> dict:
+    length = bucket(max(src.lengths[global_idx].max(), tgt.lengths[global_idx].max() + 1), width)
+    return {
+        "src": src.padded(mine, length),
+        "tgt_in": tgt.padded(mine, length, prefix=subword.BOS),
+        "tgt_out": tgt.padded(mine, length, suffix=subword.EOS),
+    }
+
+
+@dataclasses.dataclass
+class BucketedBatches:
+    """This process's share of the length-bucketed global training batches, from any step on."""
+
+    src: Ragged
+    tgt: Ragged
+    global_batch: int
+    seed: int
+    process_index: int = 0
+    process_count: int = 1
+    bucket_width: int = 8
+    sort_window: int = 32
+
+    def __post_init__(self):
+        self.steps_per_epoch = steps_per_epoch(len(self.src), self.global_batch)
+        self._epoch, self._batches = None, None
+
+    def epoch_batches(self, epoch: int) -> np.ndarray:
+        """(steps_per_epoch, global_batch) example indices of ``epoch``, in the order they are used."""
+        if epoch != self._epoch:
+            b, steps = self.global_batch, self.steps_per_epoch
+            order = epoch_order(self.seed, epoch, len(self.src))[: steps * b]
+            size = np.maximum(self.src.lengths, self.tgt.lengths)
+            windows = []
+            for start in range(0, steps * b, self.sort_window * b):
+                w = order[start : start + self.sort_window * b]
+                windows.append(w[np.argsort(size[w], kind="stable")])
+            batches = np.concatenate(windows).reshape(steps, b)
+            shuffle = np.random.default_rng([self.seed, epoch, 1]).permutation(steps)
+            self._epoch, self._batches = epoch, batches[shuffle]
+        return self._batches
+
+    def batch_at(self, step: int) -> dict[str, np.ndarray]:
+        epoch, in_epoch = divmod(step, self.steps_per_epoch)
+        idx = self.epoch_batches(epoch)[in_epoch]
+        mine = process_slice(idx, self.process_index, self.process_count)
+        return _assemble(self.src, self.tgt, idx, mine, self.bucket_width)
+
+    def iterate(self, start_step: int = 0) -> Iterator[dict[str, np.ndarray]]:
+        step = start_step
+        while True:
+            yield self.batch_at(step)
+            step += 1
+
+
+@dataclasses.dataclass
+class EvalSet:
+    """One eval split, sorted by source length (``order[i]`` is the original index of sorted row i)."""
+
+    src: Ragged
+    tgt: Ragged
+    sources: list[str]  # raw text, sorted order
+    references: list[str]
+    order: np.ndarray
+    truncated: int
+
+
+@dataclasses.dataclass
+class TranslationData:
+    train_src: Ragged
+    train_tgt: Ragged
+    evals: dict[str, EvalSet]
+    processor: object  # sentencepiece processor
+    bucket_width: int = 8
+    sort_window: int = 32
+    dropped: int = 0  # training pairs over max_len
+    max_len: int = 50
+    num_samples: int = 3
+    eval_splits: tuple[str, ...] = ("valid", "test")
+    unit = "ex"
+    items_per_row = 1
+
+    @property
+    def num_train(self) -> int:
+        return len(self.train_src)
+
+    def summary(self) -> str:
+        ev = ", ".join(f"{k} {len(v.src)} (sources truncated: {v.truncated})" for k, v in self.evals.items())
+        return (f"translation pairs: train {self.num_train} ({self.dropped} longer than max_len={self.max_len} "
+                f"subwords left out) | {ev} | subword vocab {self.processor.get_piece_size()}")  # fmt: skip
+
+    def train_batches(self, global_batch, seed, process_index=0, process_count=1):
+        return BucketedBatches(self.train_src, self.train_tgt, global_batch, seed, process_index, process_count,
+                               self.bucket_width, self.sort_window)  # fmt: skip
+
+    def eval_batches(self, split, batch, process_index=0, process_count=1):
+        """Every example of ``split`` once, in sorted order; the last batch padded with weight-0 rows."""
+        ev = self.evals[split]
+        n = len(ev.src)
+        for start in range(0, n, batch):
+            idx = np.arange(start, start + batch)
+            weight = (idx < n).astype(np.float32)
+            idx = np.where(idx < n, idx, start)
+            mine = process_slice(np.arange(batch), process_index, process_count)
+            out = _assemble(ev.src, ev.tgt, idx, idx[mine], self.bucket_width)
+            out["weight"] = weight[mine]
+            yield out
+
+    def score(self, split: str, hypotheses: np.ndarray) -> tuple[dict[str, float], list[tuple[str, str, str]]]:
+        """BLEU (sacrebleu, on detokenised text against the raw references) of the decoded ids of every
+        ``split`` example (rows in eval order), and a few (source, reference, output) samples."""
+        import sacrebleu
+
+        ev = self.evals[split]
+        if len(hypotheses) != len(ev.references):
+            raise ValueError(f"{len(hypotheses)} hypotheses for {len(ev.references)} {split} references")
+        texts = [subword.decode(self.processor, row) for row in hypotheses]
+        bleu = sacrebleu.corpus_bleu(texts, [ev.references])
+        chrf = sacrebleu.corpus_chrf(texts, [ev.references])
+        first = np.argsort(ev.order)[: self.num_samples]  # the split's first sentences in corpus order
+        samples = [(ev.sources[i], ev.references[i], texts[i]) for i in first]
+        return {"bleu": float(bleu.score), "chrf": float(chrf.score)}, samples
+
+
+def _encode(processor, texts: list[str]) -> list[list[int]]:
+    return processor.encode(texts, out_type=int)
+
+
+def load(cfg, workdir: str | None = None, write: bool = True) -> TranslationData:
+    """Read the corpus, train (or reuse) the subword model, encode, filter/truncate by length."""
+    pairs = parallel_text.load_pairs(cfg)
+    if not pairs["train"][0]:
+        raise DataError(f"corpus {cfg.corpus!r} has an empty training split: check the data source")
+    spm_path = os.path.join(workdir, "spm.model") if workdir else None
+    train_src_text, train_tgt_text = pairs["train"]
+    processor = subword.load_or_train(spm_path, train_src_text + train_tgt_text, int(cfg.vocab_size), write)
+    max_len, max_eval_len = int(cfg.max_len), int(cfg.get("max_eval_len", 0) or 2 * int(cfg.max_len))
+    src, tgt = _encode(processor, train_src_text), _encode(processor, train_tgt_text)
+    keep = [i for i in range(len(src)) if 0 < len(src[i]) <= max_len and len(tgt[i]) <= max_len]
+    if not keep:
+        raise DataError(f"no training pair has both sides within max_len={max_len} subwords: raise data.max_len")
+    evals = {}
+    for split in ("valid", "test"):
+        s_text, t_text = pairs[split]
+        limit = int(cfg.get("max_eval_examples", 0) or 0) if split == "valid" else 0
+        if limit:
+            s_text, t_text = s_text[:limit], t_text[:limit]
+        s_ids, t_ids = _encode(processor, s_text), _encode(processor, t_text)
+        truncated = sum(len(r) > max_eval_len for r in s_ids)
+        s_ids = [r[:max_eval_len] for r in s_ids]
+        t_ids = [r[: max_eval_len - 1] for r in t_ids]  # the eval loss' target side (BLEU uses raw text)
+        order = np.argsort([len(r) for r in s_ids], kind="stable")
+        evals[split] = EvalSet(Ragged([s_ids[i] for i in order]), Ragged([t_ids[i] for i in order]),
+                               [s_text[i] for i in order], [t_text[i] for i in order], order, truncated)  # fmt: skip
+    return TranslationData(
+        Ragged([src[i] for i in keep]), Ragged([tgt[i] for i in keep]), evals, processor,
+        bucket_width=int(cfg.get("bucket_width", 8)), sort_window=int(cfg.get("sort_window", 32)),
+        dropped=len(src) - len(keep), max_len=max_len, num_samples=int(cfg.get("num_samples", 3)),
+    )  # fmt: skip
