@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import dataclasses
 
-from lbtrain.data import lm_corpus, mnist, translation
+from lbtrain.data import images, lm_corpus, mnist, translation
 from lbtrain.data.batching import ArraySource, TrainBatches, eval_batches
 from lbtrain.data.mnist import DataError
 from lbtrain.data.streams import StreamBatches, eval_windows
 from lbtrain.data.translation import TranslationData
 
-DATASETS = ("mnist", "lm", "translation")
+DATASETS = ("mnist", "lm", "translation", "images")
 
 
 @dataclasses.dataclass
@@ -65,6 +65,8 @@ def make(cfg, workdir: str | None = None):
         raise DataError(f"unknown dataset {cfg.name!r}; valid choices: {', '.join(DATASETS)}")
     if cfg.name == "lm":
         return LanguageModelData(lm_corpus.load(cfg, workdir), int(cfg.window))
+    if cfg.name == "images":
+        return images.load(cfg)
     if cfg.name == "translation":
         import jax
 

@@ -9,8 +9,9 @@ from lbtrain.models.gnmt import GNMT
 from lbtrain.models.lstm import LSTM, LSTMStack
 from lbtrain.models.lstm_lm import LSTMLanguageModel
 from lbtrain.models.mnist_lstm import MnistLSTM
+from lbtrain.models.resnet import ResNet
 
-MODELS = ("mnist_lstm", "lstm_lm", "gnmt")
+MODELS = ("mnist_lstm", "lstm_lm", "gnmt", "resnet")
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.float16}
 
 
@@ -27,6 +28,12 @@ def make(cfg, rngs: nnx.Rngs) -> nnx.Module:
     if cfg.name not in MODELS:
         raise ValueError(f"unknown model {cfg.name!r}; valid choices: {', '.join(MODELS)}")
     dtype, param_dtype = _dtype(cfg.get("dtype")), _dtype(cfg.get("param_dtype", "float32"))
+    if cfg.name == "resnet":
+        return ResNet(
+            rngs=rngs, depth=cfg.depth, num_classes=cfg.num_classes, width=cfg.width, stem=cfg.stem,
+            in_channels=cfg.in_channels, zero_init_last_bn=cfg.zero_init_last_bn,
+            label_smoothing=cfg.label_smoothing, dtype=dtype,
+        )  # fmt: skip
     if cfg.name == "gnmt":
         return GNMT(
             rngs=rngs, vocab_size=cfg.vocab_size, hidden_size=cfg.hidden_size, num_layers=cfg.num_layers,
@@ -49,4 +56,4 @@ def make(cfg, rngs: nnx.Rngs) -> nnx.Module:
     )
 
 
-__all__ = ["GNMT", "LSTM", "LSTMLanguageModel", "LSTMStack", "MnistLSTM", "MODELS", "make"]
+__all__ = ["GNMT", "LSTM", "ResNet", "LSTMLanguageModel", "LSTMStack", "MnistLSTM", "MODELS", "make"]

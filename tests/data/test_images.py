@@ -1,0 +1,95 @@
+"""Image data: preprocessing shapes and ranges, TFDS imagenet2012 (mock) through the grain loader, digits."""
+
+import ml_collections
+import numpy as np
+import pytest
+
+from lbtrain.data import DataError, images
+
+
+def test_random_resized_crop_and_center_crop_shapes_and_content():
+    rng = np.random.default_rng(0)
+    image = rng.integers(0, 256, (120, 200, 3)).astype(np.uint8)
+    for _ in range(20):
+        out = images.random_resized_crop(image, 64, rng)
+        assert out.shape == (64, 64, 3) and out.dtype == np.uint8
+    # a constant image stays constant under crop + resize; the centre crop keeps the centre
+    const = np.full((50, 90, 3), 77, np.uint8)
+    assert np.all(images.random_resized_crop(const, 32, rng) == 77)
+    ramp = np.tile(np.arange(300, dtype=np.float32)[None, :, None] / 300 * 255, (150, 1, 3)).astype(np.uint8)
+    center = images.center_crop(ramp, 64)
+    assert center.shape == (64, 64, 3)
+    # shorter side 150 -> 73 (64 / 0.875), width 300 -> 146; the central 64 columns are around the middle value
+    assert abs(float(center[:, 32].mean()) - 127.5) < 4
+    tiny = rng.integers(0, 256, (17, 47, 3)).astype(np.uint8)  # smaller than the crop: upsampled
+    assert images.center_crop(tiny, 64).shape == (64, 64, 3)
+
+
+def test_imagenet_train_and_eval_preprocessing_normalise_and_flip():
+    rng = np.random.default_rng(1)
+    record = {"image": rng.integers(0, 256, (90, 70, 3)).astype(np.uint8), "label": np.int64(5)}
+    out = images.imagenet_train(record, np.random.default_rng(2), 48)
+    assert out["image"].shape == (48, 48, 3) and out["image"].dtype == np.float32 and out["label"] == 5
+    lo, hi = (0 - images.IMAGENET_MEAN) / images.IMAGENET_STD, (255 - images.IMAGENET_MEAN) / images.IMAGENET_STD
+    assert np.all(out["image"] >= lo - 1e-5) and np.all(out["image"] <= hi + 1e-5)
+    ev = images.imagenet_eval(record, None, 48)["image"]
+    np.testing.assert_allclose(ev, images.imagenet_eval(record, None, 48)["image"])  # deterministic
+    gray = {"image": rng.integers(0, 256, (40, 40)).astype(np.uint8), "label": 1}
+    assert images.imagenet_train(gray, np.random.default_rng(0), 32)["image"].shape == (32, 32, 3)
+    # flipping happens about half the time: a left-right ramp comes out mirrored for some seeds only
+    ramp = {"image": np.tile(np.linspace(0, 255, 64, dtype=np.uint8)[None, :, None], (64, 1, 3)), "label": 0}
+    slopes = [np.sign(np.diff(images.imagenet_train(ramp, np.random.default_rng(s), 32)["image"][0, :, 0]).sum())
+              for s in range(40)]  # fmt: skip
+    assert 8 < sum(s < 0 for s in slopes) < 32
+
+
+def mock_imagenet_cfg(**kw):
+    return ml_collections.ConfigDict(dict(source="imagenet", image_size=32, workers=0, **kw))
+
+
+def test_imagenet_from_tfds_mock_through_the_grain_loader():
+    import tensorflow_datasets as tfds
+
+    with tfds.testing.mock_data(num_examples=48):
+        data = images.load(mock_imagenet_cfg())
+        batches = data.train_batches(16, seed=0)
+        assert batches.steps_per_epoch == 3
+        b = batches.batch_at(4)
+        assert b["image"].shape == (16, 32, 32, 3) and b["image"].dtype == np.float32 and b["label"].shape == (16,)
+        it = batches.iterate(4)
+        first = next(it)
+        np.testing.assert_array_equal(first["image"], b["image"])  # iterate(start) == batch_at(start)
+        # two processes read their halves of the same global batch
+        halves = [data.train_batches(16, 0, p, 2).batch_at(4) for p in range(2)]
+        np.testing.assert_array_equal(np.concatenate([h["image"] for h in halves]), b["image"])
+        ev = list(data.eval_batches("eval", 20))
+        assert [e["image"].shape for e in ev] == [(20, 32, 32, 3)] * 3 and ev[-1]["weight"].sum() == 48 - 40
+
+
+def test_grain_worker_processes_give_the_same_batches_as_in_process_reads():
+    data = images.load(ml_collections.ConfigDict(dict(source="digits", test_size=300, workers=2)))
+    batches = data.train_batches(64, seed=3)
+    it = batches.iterate(21)  # crosses the epoch boundary (23 steps per epoch)
+    for step in range(21, 25):
+        got, want = next(it), batches.batch_at(step)
+        np.testing.assert_array_equal(got["image"], want["image"])
+        np.testing.assert_array_equal(got["label"], want["label"])
+    # every training example once per epoch; augmentation differs between epochs
+    labels = [batches.batch_at(s)["label"] for s in range(23)]
+    assert sum(len(x) for x in labels) == 23 * 64
+    assert not np.array_equal(batches.batch_at(0)["image"], batches.batch_at(23)["image"])
+
+
+def test_digits_split_and_ranges():
+    train, test = images.digits(300, 0)
+    assert len(train) == 1497 and len(test) == 300
+    assert np.bincount(test.arrays["label"]).tolist() == [30] * 10
+    x = images.digits_eval({"image": train.arrays["image"][0], "label": 1}, None)["image"]
+    assert x.shape == (8, 8, 1)
+    all_x = (train.arrays["image"] - images.DIGITS_MEAN) / images.DIGITS_STD
+    assert abs(float(all_x.mean())) < 0.05 and abs(float(all_x.std()) - 1) < 0.05
+
+
+def test_missing_imagenet_says_where_to_put_the_archives(tmp_path):
+    with pytest.raises(DataError, match="ILSVRC2012_img_train.tar and ILSVRC2012_img_val.tar"):
+        images.load(mock_imagenet_cfg(dir=str(tmp_path)))

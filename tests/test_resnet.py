@@ -1,0 +1,92 @@
+"""ResNet end to end: BatchNorm over the global batch (8 devices = 1), the LEGW table as configs, the
+optimizer comparison configs, and a runlocal run on the digits well above chance."""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from lbtrain import config_lib, optim, train
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CONFIG = os.path.join(ROOT, "configs/resnet50_imagenet.py")
+
+SCRIPT = textwrap.dedent(
+    """
+    import json
+    import jax, numpy as np
+    from lbtrain import config_lib, parallel, tasks, train
+    from lbtrain.data.batching import ArraySource, TrainBatches
+
+    assert len(jax.devices()) == 8
+    rng = np.random.default_rng(0)
+    # per-example scale differs a lot, so per-device BN statistics would differ from global ones
+    scale = np.repeat(np.linspace(0.2, 5.0, 8), 8)[:, None, None, None]
+    src = ArraySource(image=(rng.normal(size=(64, 8, 8, 1)) * scale).astype(np.float32),
+                      label=rng.integers(0, 10, 64).astype(np.int32))
+    cfg = config_lib.load_config("configs/resnet50_imagenet.py:runlocal=True,batch=64,optimizer=momentum")
+    cfg.unlock(); cfg.model.width = 4; cfg.optim.schedule.warmup_epochs = 0.0; cfg.model.zero_init_last_bn = False
+    task = tasks.make("classification")
+    batches = TrainBatches(src, 64, seed=0)
+    results = {}
+    for n in (1, 8):
+        mesh = parallel.make_mesh(n)
+        state, setup = train.init_state(cfg, 1, mesh, task)
+        step = train.jit_train_step(setup, task, state)
+        losses = []
+        with jax.set_mesh(mesh):
+            for s in range(3):
+                state, m = step(state, parallel.to_global(batches.batch_at(0), mesh))
+                losses.append(float(m["loss"]))
+        results[n] = (losses, jax.device_get(state.params), jax.device_get(state.model_state))
+    diff = lambda a, b: max(float(np.max(np.abs(np.asarray(x) - np.asarray(y))))
+                            for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)))
+    (l1, p1, s1), (l8, p8, s8) = results[1], results[8]
+    # what per-device statistics would have given: the stem BN mean of one device's 8 examples
+    print(json.dumps({"loss": max(abs(a - b) for a, b in zip(l1, l8)), "params": diff(p1, p8),
+                      "stats": diff(s1, s8), "losses": l1,
+                      "stats_change": diff(s1, jax.tree.map(np.zeros_like, s1))}))
+    """
+)
+
+
+def test_batchnorm_statistics_are_global_eight_devices_equal_one():
+    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8")
+    proc = subprocess.run([sys.executable, "-c", SCRIPT], env=env, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    r = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert r["loss"] < 1e-5 and r["params"] < 1e-5 and r["stats"] < 1e-5, r
+    assert r["losses"][0] != r["losses"][2] and r["stats_change"] > 0.01, r
+
+
+@pytest.mark.parametrize(
+    "batch, lr, warmup", [(512, 4.0, 10 / 64), (1024, 4 * 2**0.5, 10 / 32), (4096, 2**3.5, 1.25), (32768, 32.0, 10.0)]
+)
+def test_legw_reproduces_the_papers_lars_table(batch, lr, warmup):
+    cfg = config_lib.load_config(f"{CONFIG}:batch={batch},scheme=legw")
+    steps_per_epoch = 1_281_167 // batch
+    _, plan = optim.make(cfg.optim, batch_size=batch, steps_per_epoch=steps_per_epoch, num_epochs=cfg.num_epochs)
+    assert plan.peak_lr == pytest.approx(lr, rel=1e-6) and plan.warmup_epochs == pytest.approx(warmup)
+    assert cfg.optim.name == "lars" and cfg.optim.weight_decay == 1e-4 and cfg.model.label_smoothing == 0.1
+    assert cfg.optim.schedule.decay == "poly" and cfg.optim.schedule.power == 2.0 and cfg.num_epochs == 90
+
+
+@pytest.mark.parametrize("name", ["lars", "momentum", "adam", "adagrad", "rmsprop"])
+def test_optimizer_comparison_configs_scale_each_base_lr_with_legw(name):
+    base = config_lib.load_config(f"{CONFIG}:optimizer={name}")
+    big = config_lib.load_config(f"{CONFIG}:optimizer={name},batch=16384")
+    _, plan = optim.make(big.optim, batch_size=16384, steps_per_epoch=78, num_epochs=90)
+    assert plan.optimizer == name and plan.peak_lr == pytest.approx(base.optim.base_lr * 32**0.5)
+    assert plan.warmup_epochs == pytest.approx(10 / 64 * 32)
+
+
+@pytest.mark.slow
+def test_runlocal_digits_accuracy_well_above_chance(tmp_path):
+    config = config_lib.load_config(f"{CONFIG}:runlocal=True,epochs=8")
+    result = train.train_and_evaluate(config, str(tmp_path))
+    acc = [h["accuracy"] for h in result["history"]]
+    assert acc[-1] > 0.9, acc  # chance is 0.1
+    assert result["plan"]["optimizer"] == "lars"
