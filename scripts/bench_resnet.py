@@ -1,0 +1,132 @@
+"""ResNet training-step throughput (images/s): batch sizes x compute dtypes, with ratios measured in-run.
+
+    python scripts/bench_resnet.py                                   # ResNet-50, 224px, batch 64/128/256
+    python scripts/bench_resnet.py --depth=18 --image_size=64 --batches=8,32 --dtypes=float32   # CPU-sized
+    python scripts/bench_resnet.py --json=/tmp/bench_resnet.json
+
+It times the step the training loop runs (``train.jit_train_step`` built from
+``configs/resnet50_imagenet.py``: forward, backward, LARS update, BatchNorm statistics, donated state) on
+synthetic normalised images, after warm-up; the median of ``--rounds`` is reported. Peers measured in the
+same run: each dtype against float32 at the same batch, each batch against the smallest one (per-image
+efficiency), and the achieved FLOP/s (XLA's own count of the compiled step) against the best dense matmul
+FLOP/s of this device in the same dtype.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import sys
+import time
+
+from absl import app, flags
+
+_DEPTH = flags.DEFINE_integer("depth", 50, "ResNet depth (18, 34, 50, 101, 152).")
+_SIZE = flags.DEFINE_integer("image_size", 224, "Square input size.")
+_BATCHES = flags.DEFINE_list("batches", ["64", "128", "256"], "Global batch sizes.")
+_DTYPES = flags.DEFINE_list("dtypes", [], "Compute dtypes; default bfloat16 and float32 on accelerators, float32 on CPU.")
+_ROUNDS = flags.DEFINE_integer("rounds", 5, "Timed rounds (median reported).")
+_MIN_TIME = flags.DEFINE_float("min_time", 1.0, "Each round repeats the step until this many seconds pass.")
+_JSON = flags.DEFINE_string("json", "", "Also write the results to this JSON file.")
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _timed(fn, min_time):
+    n, start = 0, time.perf_counter()
+    while True:
+        fn()
+        n += 1
+        elapsed = time.perf_counter() - start
+        if elapsed >= min_time:
+            return elapsed / n
+
+
+def matmul_peak(dtype, n=4096, rounds=5) -> float:
+    import jax
+    import jax.numpy as jnp
+
+    a = jax.random.normal(jax.random.key(0), (n, n), jnp.float32).astype(dtype)
+    f = jax.jit(lambda x: x @ x)
+    f(a).block_until_ready()
+    best = min(_timed(lambda: f(a).block_until_ready(), 0.3) for _ in range(rounds))
+    return 2 * n**3 / best
+
+
+def bench_one(batch: int, dtype: str) -> dict:
+    import jax
+    import numpy as np
+
+    sys.path.insert(0, ROOT)
+    from lbtrain import config_lib, parallel, tasks, train
+
+    cfg = config_lib.load_config(os.path.join(ROOT, f"configs/resnet50_imagenet.py:batch={batch},depth={_DEPTH.value}"))
+    cfg.unlock()
+    cfg.model.dtype = dtype
+    mesh = parallel.make_mesh(0)
+    task = tasks.make("classification")
+    state, setup = train.init_state(cfg, steps_per_epoch=1000, mesh=mesh, task=task)
+    step = train.jit_train_step(setup, task, state)
+    rng = np.random.default_rng(0)
+    batch_np = {"image": rng.normal(size=(batch, _SIZE.value, _SIZE.value, 3)).astype(np.float32),
+                "label": rng.integers(0, 1000, batch).astype(np.int32)}  # fmt: skip
+    with jax.set_mesh(mesh):
+        data = parallel.to_global(batch_np, mesh)
+        compiled = step.lower(state, data).compile()
+        cost = compiled.cost_analysis()
+        cost = cost[0] if isinstance(cost, list) else cost
+        flops = float(cost.get("flops", 0.0)) if cost else 0.0
+        holder = {"state": state}
+
+        def run():
+            holder["state"], m = step(holder["state"], data)
+            jax.block_until_ready(m["loss"])
+
+        for _ in range(2):
+            run()
+        times = [_timed(run, _MIN_TIME.value) for _ in range(_ROUNDS.value)]
+    t = statistics.median(times)
+    return {"batch": batch, "dtype": dtype, "step_s": t, "images_per_s": batch / t, "step_flops": flops,
+            "flops_per_s": flops / t if flops else 0.0, "devices": mesh.size}  # fmt: skip
+
+
+def main(argv):
+    del argv
+    import jax
+    import jax.numpy as jnp
+
+    platform = jax.devices()[0].platform
+    dtypes = _DTYPES.value or (["float32"] if platform == "cpu" else ["bfloat16", "float32"])
+    batches = [int(b) for b in _BATCHES.value]
+    print(f"device: {jax.devices()[0].device_kind} x {jax.device_count()} ({platform}) | ResNet-{_DEPTH.value} "
+          f"{_SIZE.value}px | jax {jax.__version__}", flush=True)  # fmt: skip
+    peaks = {d: matmul_peak(getattr(jnp, d)) for d in dtypes}
+    for d, p in peaks.items():
+        print(f"best {d} matmul: {p / 1e12:.2f} TFLOP/s", flush=True)
+    rows = []
+    for b in batches:
+        for d in dtypes:
+            r = bench_one(b, d)
+            rows.append(r)
+            print(f"batch {b:>5} {d:>8}: {r['images_per_s']:9.1f} img/s | step {r['step_s'] * 1e3:8.1f} ms | "
+                  f"{r['flops_per_s'] / 1e12:6.2f} TFLOP/s", flush=True)  # fmt: skip
+    print("\nratios (same run):")
+    by = {(r["batch"], r["dtype"]): r for r in rows}
+    for r in rows:
+        parts = [f"{r['flops_per_s'] / peaks[r['dtype']]:.0%} of the {r['dtype']} matmul peak"]
+        if r["dtype"] != "float32" and (r["batch"], "float32") in by:
+            parts.append(f"{r['images_per_s'] / by[(r['batch'], 'float32')]['images_per_s']:.2f}x float32")
+        base = by[(batches[0], r["dtype"])]
+        if r["batch"] != batches[0]:
+            parts.append(f"{r['images_per_s'] / base['images_per_s']:.2f}x the img/s of batch {batches[0]}")
+        print(f"  batch {r['batch']:>5} {r['dtype']:>8}: " + " | ".join(parts))
+        r["fraction_of_peak"] = r["flops_per_s"] / peaks[r["dtype"]]
+    if _JSON.value:
+        with open(_JSON.value, "w") as f:
+            json.dump({"platform": platform, "device": jax.devices()[0].device_kind, "depth": _DEPTH.value,
+                       "image_size": _SIZE.value, "peaks": peaks, "rows": rows}, f, indent=2)  # fmt: skip
+
+
+if __name__ == "__main__":
+    app.run(main)
