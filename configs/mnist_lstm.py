@@ -76,6 +76,6 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
 
     if a.runlocal:  # seconds on a CPU: small model, two epochs
         config.model.hidden_size = 32
-        config.num_epochs = 2
+        config.num_epochs = a.epochs or 2
         config.log_every_steps = 10
     return config

@@ -92,6 +92,7 @@ def add_run_fields(config: ml_collections.ConfigDict) -> ml_collections.ConfigDi
     config.resume_policy = "strict"  # strict: refuse to resume a workdir whose config differs | allow_changes
     config.nan_policy = "stop"  # stop: a non-finite loss/gradient ends the run | skip: drop that update, count it
     config.accum_steps = 1  # micro-batches per update (gradient accumulation inside the step)
+    config.noise_scale = False  # log the gradient noise scale (micro-batch vs full-batch gradients; >= 2 micro-batches)
     config.distributed = ml_collections.ConfigDict()  # multi-process; empty = single process (or TPU auto)
     config.distributed.coordinator_address = ""  # host:port of process 0 (or $LBTRAIN_COORDINATOR)
     config.distributed.num_processes = 0

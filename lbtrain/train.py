@@ -53,13 +53,15 @@ class Setup:
     per_device_batch: int
     num_params: int
     accum_steps: int = 1
+    noise_scale: bool = False  # log the gradient noise scale from the accumulation micro-batches
 
 
 def _tree_norm(tree) -> jax.Array:
     return optax.tree_utils.tree_norm(tree)
 
 
-def make_train_step(graphdef, tx: optax.GradientTransformation, task, nan_policy: str = "stop", accum_steps: int = 1):
+def make_train_step(graphdef, tx: optax.GradientTransformation, task, nan_policy: str = "stop", accum_steps: int = 1,
+                    noise_scale: bool = False):  # fmt: skip
     """(state, batch) -> (state, metrics); loss is the mean over the *global* batch.
 
     With ``accum_steps = k > 1`` the batch is processed as k micro-batches whose gradients are summed
@@ -68,6 +70,10 @@ def make_train_step(graphdef, tx: optax.GradientTransformation, task, nan_policy
     A non-finite loss or gradient is recorded in ``state.first_bad`` (the loop stops on it); with
     ``nan_policy="skip"`` that update is not applied (params, optimizer, model and carried state keep
     their previous values) and ``state.skipped`` counts it.
+
+    With ``noise_scale`` the step also logs the gradient noise scale terms (``noise_grad_sq`` = |G|^2,
+    ``noise_trace`` = tr(Sigma), and their per-step ratio ``noise_scale``) from the micro-batch gradients
+    against the full-batch one (:mod:`lbtrain.optim.noise_scale`); it needs ``accum_steps >= 2``.
     """
 
     def loss_sum_fn(params, model_state, batch, carry):
@@ -85,24 +91,28 @@ def make_train_step(graphdef, tx: optax.GradientTransformation, task, nan_policy
         batch holds its share of every micro-batch, so the split needs no communication."""
         if accum_steps == 1:
             (loss_sum, (count, model_state, carry)), grads = grad_fn(params, model_state, batch, carry)
-            return loss_sum, count, grads, model_state, carry
+            return loss_sum, count, grads, model_state, carry, None
         split = lambda x: jnp.swapaxes(x.reshape(x.shape[0] // accum_steps, accum_steps, *x.shape[1:]), 0, 1)  # noqa: E731
         merge = lambda x: jnp.swapaxes(x, 0, 1).reshape(-1, *x.shape[2:])  # noqa: E731
 
         def body(acc, micro):
-            loss_sum, count, grads, model_state = acc
+            loss_sum, count, grads, model_state, small_sq = acc
             mb, mcarry = micro
             (l, (c, model_state, mcarry)), g = grad_fn(params, model_state, mb, mcarry)
-            return (loss_sum + l, count + c, jax.tree.map(jnp.add, grads, g), model_state), mcarry
+            if noise_scale:  # |mean gradient of this micro-batch|^2
+                small_sq = small_sq + optim.tree_sq_norm(g) / jnp.maximum(c, 1.0) ** 2
+            return (loss_sum + l, count + c, jax.tree.map(jnp.add, grads, g), model_state, small_sq), mcarry
 
-        zeros = (jnp.zeros((), jnp.float32), jnp.zeros((), jnp.float32), jax.tree.map(jnp.zeros_like, params), model_state)
-        (loss_sum, count, grads, model_state), carries = jax.lax.scan(
-            body, zeros, (jax.tree.map(split, batch), jax.tree.map(split, carry))
+        zero = jnp.zeros((), jnp.float32)
+        init = (zero, zero, jax.tree.map(jnp.zeros_like, params), model_state, zero)
+        (loss_sum, count, grads, model_state, small_sq), carries = jax.lax.scan(
+            body, init, (jax.tree.map(split, batch), jax.tree.map(split, carry))
         )
-        return loss_sum, count, grads, model_state, jax.tree.map(merge, carries)
+        return loss_sum, count, grads, model_state, jax.tree.map(merge, carries), small_sq / accum_steps
 
     def step(state: TrainState, batch):
-        loss_sum, count, grads, model_state, carry = accumulate(state.params, state.model_state, batch, state.carry)
+        loss_sum, count, grads, model_state, carry, small_sq = accumulate(state.params, state.model_state, batch,
+                                                                          state.carry)  # fmt: skip
         # the mean over the global batch, taken after every sum: padding and splits never bias it
         loss = loss_sum / count
         grads = jax.tree.map(lambda g: g / count, grads)
@@ -125,6 +135,9 @@ def make_train_step(graphdef, tx: optax.GradientTransformation, task, nan_policy
             "param_norm": _tree_norm(params),
             "skipped_updates": skipped,
         }
+        if noise_scale and small_sq is not None:
+            grad_sq, trace = optim.noise_scale_terms(small_sq, optim.tree_sq_norm(grads), count / accum_steps, count)
+            metrics.update(noise_grad_sq=grad_sq, noise_trace=trace, noise_scale=trace / grad_sq)
         ratios = optim.trust_ratios(opt_state)
         if ratios is not None:
             r = jnp.stack(jax.tree.leaves(ratios))
@@ -140,7 +153,7 @@ def jit_train_step(setup: Setup, task, state: TrainState, nan_policy: str = "sto
     """The train step jitted as the loop runs it: state sharded by ``state_shardings`` (and donated),
     the batch split along ``'data'``, metrics replicated."""
     sh = state_shardings(state, setup.mesh)
-    step = make_train_step(setup.train_graphdef, setup.tx, task, nan_policy, setup.accum_steps)
+    step = make_train_step(setup.train_graphdef, setup.tx, task, nan_policy, setup.accum_steps, setup.noise_scale)
     return jax.jit(step, in_shardings=(sh, parallel.batch_sharding(setup.mesh)),
                    out_shardings=(sh, parallel.replicated(setup.mesh)), donate_argnums=(0,))  # fmt: skip
 
@@ -164,6 +177,9 @@ def init_state(config, steps_per_epoch: int, mesh, task=None) -> tuple[TrainStat
     global_batch = int(config.batch_size)
     per_device = parallel.per_device_batch(global_batch, mesh)
     accum = int(config.get("accum_steps", 1) or 1)
+    noise = bool(config.get("noise_scale", False))
+    if noise and accum == 1:
+        accum = 2  # the noise scale compares micro-batch gradients with the full one: split the batch in two
     if accum < 1 or per_device % accum:
         raise parallel.ShardingError(
             f"batch_size={global_batch} is not divisible by {mesh.size} devices x accum_steps={accum}: use a "
@@ -184,7 +200,7 @@ def init_state(config, steps_per_epoch: int, mesh, task=None) -> tuple[TrainStat
                        first_bad=jnp.full((3,), -1, jnp.int32))  # fmt: skip
     state = jax.device_put(state, state_shardings(state, mesh))
     num_params = sum(int(np.prod(x.shape)) for x in jax.tree.leaves(params))
-    setup = Setup(mesh, train_graphdef, eval_graphdef, tx, plan, global_batch, per_device, num_params, accum)
+    setup = Setup(mesh, train_graphdef, eval_graphdef, tx, plan, global_batch, per_device, num_params, accum, noise)
     return state, setup
 
 
