@@ -58,7 +58,7 @@ def test_lars_step_leaves_excluded_leaves_with_trust_ratio_one():
     tx, _ = optim.make(cfg.optim, batch_size=32, steps_per_epoch=10, num_epochs=2)
     state = tx.init(params)
     grads = jax.tree.map(lambda x: jnp.full_like(x, 0.01), params)
-    _, state = tx.update(grads, state, params)
+    _, state = jax.jit(tx.update)(grads, state, params)
     ratios = optim.trust_ratios(state)
     for (path, r), (_, p) in zip(jax.tree_util.tree_flatten_with_path(ratios)[0],
                                  jax.tree_util.tree_flatten_with_path(params)[0]):  # fmt: skip
