@@ -98,7 +98,7 @@ def read_run(workdir: str, split: str, metric: str) -> dict | None:
     if os.path.isfile(results):
         with open(results) as f:
             plan = json.load(f).get("plan", {})
-    return {"evals": evals, "train": train, "plan": plan, "finished": os.path.isfile(results)}
+    return {"evals": evals, "train": train, "plan": plan, "finished": os.path.isfile(results), "workdir": workdir}
 
 
 def summarize(exp, plan, runs_dir: str, local: bool) -> list[dict]:
@@ -205,7 +205,9 @@ def write_markdown(exp, plan, rows, target, base_final, path, local, command):
                                  _fmt(r["warmup_steps"]), _fmt(r[m]), _fmt(r["delta_vs_base"], 3), str(r["steps"]),
                                  _fmt(r["steps_to_target"]), _fmt(r["time_to_target_s"], 3), _fmt(r["step_speedup"], 3),
                                  _fmt(r["time_speedup"], 3)]) + " |")  # fmt: skip
-    lines += ["", f"Plots: `{os.path.basename(path)[:-3]}_metric_vs_batch.png`, `..._lr.png`, `..._curves.png`."]
+    stem = os.path.basename(path)[:-3]
+    lines += ["", f"Plots: [{m} vs batch]({stem}_metric_vs_batch.png), [learning-rate schedules]({stem}_lr.png), "
+              f"[learning curves]({stem}_curves.png)."]
     with open(path, "w") as f:
         f.write("\n".join(lines) + "\n")
 
@@ -242,22 +244,53 @@ def write_plots(exp, rows, data, prefix):
     fig.savefig(f"{prefix}_metric_vs_batch.png", dpi=100)
     plt.close(fig)
 
-    for kind, ylabel, key in (("lr", "learning rate", "lr"), ("curves", f"{exp.split} {m}", m)):
+    colors = {}
+    styles = ["-", "--", "-.", ":", (0, (1, 1)), (0, (5, 1))]
+
+    def look(r):
+        key = r["group"] if exp.rows == "group" else r["scheme"]
+        color = colors.setdefault(key, f"C{len(colors)}")
+        sizes = sorted({x["batch"] for x in done}) if exp.rows == "batch" else sorted({x["scheme"] for x in done})
+        which = r["batch"] if exp.rows == "batch" else r["scheme"]
+        return color, styles[sizes.index(which) % len(styles)]
+
+    for kind in ("lr", "curves"):
         fig, ax = plt.subplots(figsize=(7, 4))
         for r in done:
             d = data[r["run"]]
-            series = d["train"] if kind == "lr" else d["evals"]
-            pts = [(x["epoch"], x[key]) for x in series if key in x and "epoch" in x]
+            pts = lr_curve(d) if kind == "lr" else [(x["epoch"], x[m]) for x in d["evals"] if "epoch" in x]
             if pts:
-                ax.plot([p[0] for p in pts], [p[1] for p in pts], label=r["run"], marker="" if kind == "lr" else ".")
+                color, style = look(r)
+                ax.plot([p[0] for p in pts], [p[1] for p in pts], color=color, linestyle=style, label=r["run"],
+                        marker="" if kind == "lr" else ".")  # fmt: skip
         ax.set_xlabel("epoch")
-        ax.set_ylabel(ylabel)
+        ax.set_ylabel("learning rate" if kind == "lr" else f"{exp.split} {m}")
         if kind == "curves" and exp.direction == "min":
             ax.set_yscale("log")
         ax.legend(fontsize=6, ncol=2)
         fig.tight_layout()
         fig.savefig(f"{prefix}_{kind}.png", dpi=100)
         plt.close(fig)
+
+
+def lr_curve(d) -> list[tuple[float, float]]:
+    """The run's learning rate at every update, rebuilt from its saved config by the same schedule code
+    the run used (the logged lr is only sampled every log step)."""
+    import numpy as np
+    import ml_collections
+
+    from lbtrain import optim
+
+    p, config_path = d["plan"], os.path.join(d["workdir"], "config.json")
+    if not p or not os.path.isfile(config_path):
+        return [(x["epoch"], x["lr"]) for x in d["train"] if "lr" in x and "epoch" in x]
+    with open(config_path) as f:
+        cfg = ml_collections.ConfigDict(json.load(f))
+    schedule, _ = optim.make_schedule(cfg.optim, batch_size=p["batch_size"], steps_per_epoch=p["steps_per_epoch"],
+                                      num_epochs=cfg.num_epochs)  # fmt: skip
+    steps = np.unique(np.linspace(0, p["total_steps"] - 1, min(p["total_steps"], 400)).astype(int))
+    values = np.asarray([float(schedule(int(t))) for t in steps])
+    return list(zip((steps + 1) / p["steps_per_epoch"], values))
 
 
 def render(exp, local: bool, runs_dir: str, out_dir: str, command: str) -> list[dict]:
