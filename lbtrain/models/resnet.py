@@ -6,7 +6,8 @@ images (8x8 digits, CIFAR). ``width`` scales every stage's channels (64 at full 
 
 BatchNorm statistics are taken over the whole batch the step sees: under ``jax.jit`` with the batch
 sharded along ``'data'`` that is the *global* batch (XLA inserts the cross-device reduction), so 8 devices
-compute exactly what 1 device does. Running averages live in ``nnx.BatchStat`` variables (the train
+compute exactly what 1 device does. (With ``accum_steps > 1`` each micro-batch is normalised by its own
+statistics, like a smaller global batch.) Running averages live in ``nnx.BatchStat`` variables (the train
 state's ``model_state``). ``zero_init_last_bn`` starts each block's last BN scale at 0, so every residual
 block begins as the identity (Goyal et al. 2017). ``dtype`` is the compute dtype (bfloat16 on
 accelerators); parameters, BN statistics and the logits stay float32.
