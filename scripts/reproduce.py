@@ -330,4 +330,5 @@ def main(argv):
 
 
 if __name__ == "__main__":
+    sys.argv = [a.replace("--print-commands", "--print_commands", 1) for a in sys.argv]  # both spellings
     app.run(main)
