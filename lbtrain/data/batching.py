@@ -93,17 +93,25 @@ class TrainBatches:
             step += 1
 
 
+def eval_indices(
+    num_examples: int, batch_size: int, process_index: int = 0, process_count: int = 1
+) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """Every example exactly once, in order, in global batches of ``batch_size``: yields the global batch's
+    example indices (the last batch padded by repeating example 0), this process's positions in it, and
+    their weights (0 on padding)."""
+    mine = process_slice(np.arange(batch_size), process_index, process_count)
+    for start in range(0, num_examples, batch_size):
+        idx = np.arange(start, start + batch_size)
+        weight = (idx < num_examples).astype(np.float32)
+        idx = np.where(idx < num_examples, idx, 0)
+        yield idx, mine, weight[mine]
+
+
 def eval_batches(
     source: Source, batch_size: int, process_index: int = 0, process_count: int = 1
 ) -> Iterator[dict[str, np.ndarray]]:
-    """Every example exactly once, in order, in global batches of ``batch_size``; the last batch is
-    padded (repeating example 0) and carries ``weight`` 0 on the padding."""
-    n = len(source)
-    for start in range(0, n, batch_size):
-        idx = np.arange(start, start + batch_size)
-        weight = (idx < n).astype(np.float32)
-        idx = np.where(idx < n, idx, 0)
-        mine = process_slice(np.arange(batch_size), process_index, process_count)
+    """This process's share of every eval batch (:func:`eval_indices`), with ``weight`` 0 on padding."""
+    for idx, mine, weight in eval_indices(len(source), batch_size, process_index, process_count):
         batch = source[idx[mine]]
-        batch["weight"] = weight[mine]
+        batch["weight"] = weight
         yield batch

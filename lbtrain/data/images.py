@@ -68,11 +68,16 @@ def normalize(image: np.ndarray) -> np.ndarray:
     return ((image.astype(np.float32) - IMAGENET_MEAN) / IMAGENET_STD).astype(np.float32)
 
 
-def imagenet_train(record: dict, rng: np.random.Generator, size: int) -> dict:
+def _rgb(record: dict) -> np.ndarray:
+    """The record's image as uint8 (H, W, 3); grey images get their channel repeated."""
     image = np.asarray(record["image"], np.uint8)
     if image.ndim == 2 or image.shape[-1] == 1:
         image = np.repeat(image.reshape(*image.shape[:2], 1), 3, axis=-1)
-    image = random_resized_crop(image, size, rng)
+    return image
+
+
+def imagenet_train(record: dict, rng: np.random.Generator, size: int) -> dict:
+    image = random_resized_crop(_rgb(record), size, rng)
     if rng.random() < 0.5:
         image = image[:, ::-1]
     return {"image": normalize(image), "label": np.int32(record["label"])}
@@ -80,10 +85,7 @@ def imagenet_train(record: dict, rng: np.random.Generator, size: int) -> dict:
 
 def imagenet_eval(record: dict, rng: np.random.Generator, size: int) -> dict:
     del rng
-    image = np.asarray(record["image"], np.uint8)
-    if image.ndim == 2 or image.shape[-1] == 1:
-        image = np.repeat(image.reshape(*image.shape[:2], 1), 3, axis=-1)
-    return {"image": normalize(center_crop(image, size)), "label": np.int32(record["label"])}
+    return {"image": normalize(center_crop(_rgb(record), size)), "label": np.int32(record["label"])}
 
 
 DIGITS_MEAN, DIGITS_STD = 4.88, 6.02  # over all 1,797 images (0..16 ink levels)
@@ -130,18 +132,12 @@ def digits(test_size: int = 300, split_seed: int = 0) -> tuple[ArraySource, Arra
 
 
 def imagenet_split(split: str, data_dir: str | None):
-    import tensorflow_datasets as tfds
+    from lbtrain.data.tfds_split import open_split
 
-    try:
-        return tfds.data_source("imagenet2012", split=split, data_dir=data_dir or None, download=False)
-    except Exception as e:  # TFDS raises several kinds here; all mean "not prepared"
-        where = data_dir or "TFDS's default data_dir (~/tensorflow_datasets or $TFDS_DATA_DIR)"
-        raise DataError(
-            f"TFDS dataset 'imagenet2012' split {split!r} is not prepared in {where}: ImageNet cannot be downloaded "
-            f"automatically; put ILSVRC2012_img_train.tar and ILSVRC2012_img_val.tar (from image-net.org) in "
-            f"{MANUAL_DIR}, run `tfds build imagenet2012 --file_format=array_record`, or use source=digits "
-            f"({type(e).__name__}: {str(e).splitlines()[0]})"
-        ) from e
+    prepare = (f"ImageNet cannot be downloaded automatically; put ILSVRC2012_img_train.tar and "
+               f"ILSVRC2012_img_val.tar (from image-net.org) in {MANUAL_DIR}, run `tfds build imagenet2012 "
+               "--file_format=array_record`")  # fmt: skip
+    return open_split("imagenet2012", split, data_dir, instead="use source=digits", prepare=prepare)
 
 
 # --- batching ------------------------------------------------------------------------------------

@@ -55,17 +55,9 @@ class TfdsSource:
     """Random access into a prepared TFDS split; decodes to the common MNIST arrays."""
 
     def __init__(self, name: str, split: str, data_dir: str | None = None):
-        import tensorflow_datasets as tfds
+        from lbtrain.data.tfds_split import open_split
 
-        try:
-            self.ds = tfds.data_source(name, split=split, data_dir=data_dir or None, download=False)
-        except Exception as e:  # TFDS raises several kinds here; all mean "not prepared"
-            where = data_dir or "TFDS's default data_dir (~/tensorflow_datasets or $TFDS_DATA_DIR)"
-            raise DataError(
-                f"TFDS dataset {name!r} split {split!r} is not prepared in {where}: run "
-                f"`tfds build {name} --file_format=array_record` on a machine with internet and copy it "
-                f"there, or set data.source=embedded ({type(e).__name__}: {str(e).splitlines()[0]})"
-            ) from e
+        self.ds = open_split(name, split, data_dir, instead="set data.source=embedded")
 
     def __len__(self) -> int:
         return len(self.ds)

@@ -44,22 +44,14 @@ def _check_langs(cfg, allowed: tuple[str, ...]) -> tuple[str, str]:
 
 
 def wmt16_pairs(cfg) -> dict[str, Pairs]:
-    import tensorflow_datasets as tfds
     import tensorflow_datasets.translate  # noqa: F401  registers the legacy wmt16 builder
+
+    from lbtrain.data.tfds_split import open_split
 
     src, tgt = _check_langs(cfg, ("en", "de"))
     out = {}
     for split, tfds_split in WMT16_SPLITS.items():
-        try:
-            ds = tfds.data_source("wmt16_translate/de-en", split=tfds_split, data_dir=cfg.get("dir") or None,
-                                  download=False)  # fmt: skip
-        except Exception as e:  # TFDS raises several kinds here; all mean "not prepared"
-            where = cfg.get("dir") or "TFDS's default data_dir (~/tensorflow_datasets or $TFDS_DATA_DIR)"
-            raise DataError(
-                f"TFDS dataset 'wmt16_translate/de-en' split {tfds_split!r} is not prepared in {where}: run "
-                "`tfds build wmt16_translate/de-en --file_format=array_record` on a machine with internet and "
-                f"copy it there, or use corpus=bible ({type(e).__name__}: {str(e).splitlines()[0]})"
-            ) from e
+        ds = open_split("wmt16_translate/de-en", tfds_split, cfg.get("dir"), instead="use corpus=bible")
         limit = len(ds) if split != "train" or not cfg.get("max_train_pairs") else min(len(ds), cfg.max_train_pairs)
         records = [ds[i] for i in range(limit)]  # the mock source has no batched __getitems__
         text = lambda r, k: r[k].decode() if isinstance(r[k], bytes) else str(r[k])  # noqa: E731

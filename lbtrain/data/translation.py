@@ -23,7 +23,7 @@ from collections.abc import Iterator
 import numpy as np
 
 from lbtrain.data import parallel_text, subword
-from lbtrain.data.batching import epoch_order, process_slice, steps_per_epoch
+from lbtrain.data.batching import epoch_order, eval_indices, process_slice, steps_per_epoch
 from lbtrain.data.mnist import DataError
 
 
@@ -153,16 +153,12 @@ class TranslationData:
                                self.bucket_width, self.sort_window)  # fmt: skip
 
     def eval_batches(self, split, batch, process_index=0, process_count=1):
-        """Every example of ``split`` once, in sorted order; the last batch padded with weight-0 rows."""
+        """Every example of ``split`` once, in sorted order; the last batch padded with weight-0 copies of
+        example 0, the shortest, so padding never widens a batch."""
         ev = self.evals[split]
-        n = len(ev.src)
-        for start in range(0, n, batch):
-            idx = np.arange(start, start + batch)
-            weight = (idx < n).astype(np.float32)
-            idx = np.where(idx < n, idx, start)
-            mine = process_slice(np.arange(batch), process_index, process_count)
+        for idx, mine, weight in eval_indices(len(ev.src), batch, process_index, process_count):
             out = _assemble(ev.src, ev.tgt, idx, idx[mine], self.bucket_width)
-            out["weight"] = weight[mine]
+            out["weight"] = weight
             yield out
 
     def score(self, split: str, hypotheses: np.ndarray) -> tuple[dict[str, float], list[tuple[str, str, str]]]:

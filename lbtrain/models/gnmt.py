@@ -24,7 +24,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from lbtrain.models.heads import softmax_cross_entropy_head
-from lbtrain.models.lstm import LSTM
+from lbtrain.models.lstm import LSTM, symmetric_uniform
 
 PAD = 0
 _NEG = -1e9  # masked attention score (finite: a fully padded row stays NaN-free)
@@ -79,8 +79,7 @@ class GNMT(nnx.Module):
     ):
         if num_layers < 2:
             raise ValueError(f"GNMT needs num_layers >= 2 (a bidirectional layer and one above), got {num_layers}")
-        init = nnx.initializers.uniform(2 * init_scale)
-        shifted = lambda key, shape, dt=param_dtype: init(key, shape, dt) - init_scale  # noqa: E731  U(-s, s)
+        shifted = symmetric_uniform(init_scale, param_dtype)
         h = hidden_size
         lstm = dict(rngs=rngs, unroll=unroll, dtype=dtype, param_dtype=param_dtype, kernel_init=shifted,
                     recurrent_init=shifted)  # fmt: skip

@@ -29,6 +29,12 @@ from flax import nnx
 Carry = tuple[jax.Array, jax.Array]  # (c, h), each (batch, hidden)
 
 
+def symmetric_uniform(scale: float, param_dtype=jnp.float32):
+    """Initializer drawing from ``U(-scale, scale)`` (the LSTM LM and GNMT recipes' init for every weight)."""
+    init = nnx.initializers.uniform(2 * scale)
+    return lambda key, shape, dtype=param_dtype: init(key, shape, dtype) - scale
+
+
 class LSTM(nnx.Module):
     """One LSTM layer over a whole sequence ``(batch, time, features) -> (batch, time, hidden)``.
 

@@ -13,7 +13,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from lbtrain.models.heads import softmax_cross_entropy_head
-from lbtrain.models.lstm import Carry, LSTMStack
+from lbtrain.models.lstm import Carry, LSTMStack, symmetric_uniform
 
 
 class LSTMLanguageModel(nnx.Module):
@@ -32,8 +32,7 @@ class LSTMLanguageModel(nnx.Module):
         param_dtype=jnp.float32,
         custom_backward: bool = True,
     ):
-        init = nnx.initializers.uniform(2 * init_scale)
-        shifted = lambda key, shape, dt=param_dtype: init(key, shape, dt) - init_scale  # noqa: E731  U(-s, s)
+        shifted = symmetric_uniform(init_scale, param_dtype)
         self.dtype = dtype
         self.tie_embeddings = tie_embeddings
         self.embed = nnx.Embed(vocab_size, hidden_size, rngs=rngs, embedding_init=shifted, param_dtype=param_dtype)

@@ -8,10 +8,9 @@ the ids :meth:`TranslationTask.translate` returns.
 
 from __future__ import annotations
 
-import math
-
 from lbtrain.data.subword import BOS, EOS, PAD
 from lbtrain.models.decoding import translate
+from lbtrain.tasks.language_model import LanguageModelTask
 
 
 class TranslationTask:
@@ -28,11 +27,7 @@ class TranslationTask:
                                 label_smoothing=0.0)  # fmt: skip
         return {"nll_sum": nll, "count": count}, carry
 
-    @staticmethod
-    def summarize(sums: dict[str, float]) -> dict[str, float]:
-        count = max(sums["count"], 1.0)
-        loss = sums["nll_sum"] / count
-        return {"loss": loss, "perplexity": math.exp(min(loss, 700.0)), "tokens": int(sums["count"])}
+    summarize = staticmethod(LanguageModelTask.summarize)  # the same sums: per-token loss and perplexity
 
     @staticmethod
     def translate(model, batch, *, beam_size: int = 1, alpha: float = 0.0, max_len: int = 100):
