@@ -7,10 +7,7 @@ import ast
 import ml_collections
 
 from lbtrain import optim
-
-
-class ConfigError(ValueError):
-    pass
+from lbtrain.errors import ConfigError
 
 
 def _coerce(key: str, text: str, default):

@@ -12,12 +12,10 @@ _CONFIG = config_flags.DEFINE_config_file("config", None, "Config file, with an 
 _WORKDIR = flags.DEFINE_string("workdir", None, "Directory for metrics, TensorBoard events and results.")
 flags.mark_flags_as_required(["config", "workdir"])
 
-# Mistakes a user can fix get one line, not a traceback (LBTRAIN_TRACEBACK=1 shows it).
-from lbtrain.data.mnist import DataError  # noqa: E402
+# Mistakes a user can fix (lbtrain.errors) get one line, not a traceback (LBTRAIN_TRACEBACK=1 shows it);
+# every other exception is a bug and keeps its traceback.
+from lbtrain.errors import LbtrainError  # noqa: E402
 from lbtrain.metrics import quiet_library_logs  # noqa: E402
-from lbtrain.parallel import ShardingError  # noqa: E402
-
-USER_ERRORS = (ValueError, DataError, ShardingError, FloatingPointError)
 
 
 def _chain(e: BaseException) -> list[BaseException]:
@@ -53,7 +51,8 @@ def parse_flags(argv: list[str]) -> list[str]:
         rest = flags.FLAGS(argv)
         _CONFIG.value.keys()  # loads the file and applies --config.x=y overrides now
         return rest
-    except (flags.Error, AttributeError, KeyError, TypeError, ValueError, OSError) as e:
+    except (flags.Error, AttributeError, KeyError, TypeError, ValueError, OSError, LbtrainError) as e:
+        # the config file and its overrides are loaded inside absl/ml_collections, which wrap what they raise
         if os.environ.get("LBTRAIN_TRACEBACK"):
             raise
         chain = _chain(e)
@@ -76,7 +75,7 @@ def main(argv) -> None:
         config_lib.validate(_CONFIG.value)
         parallel.initialize_distributed(_CONFIG.value.get("distributed"))
         train.train_and_evaluate(_CONFIG.value, _WORKDIR.value)
-    except USER_ERRORS as e:
+    except LbtrainError as e:
         if os.environ.get("LBTRAIN_TRACEBACK"):
             raise
         _fail(_one_line(e) if str(e).strip() else type(e).__name__)

@@ -13,11 +13,10 @@ import os
 
 import jax
 import numpy as np
-from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec as P
+from jax.sharding import AxisType, Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
 
-
-class ShardingError(ValueError):
-    pass
+from lbtrain.errors import ShardingError
 
 
 def initialize_distributed(cfg=None) -> bool:

@@ -23,9 +23,10 @@ import numpy as np
 import optax
 from flax import nnx
 
-from lbtrain import data as data_lib
 from lbtrain import config_lib, models, optim, parallel, tasks
+from lbtrain import data as data_lib
 from lbtrain.checkpoint import Checkpointer
+from lbtrain.errors import ConfigError, DivergedError
 from lbtrain.metrics import MetricWriter, Progress, format_duration
 
 
@@ -258,7 +259,7 @@ def _check_workdir(workdir: str) -> None:
             pass
         os.remove(probe)
     except OSError as e:
-        raise config_lib.ConfigError(
+        raise ConfigError(
             f"workdir {workdir} is not writable ({type(e).__name__}: {e.strerror or e}): choose another --workdir"
         ) from e
 
@@ -272,7 +273,7 @@ def _check_finite(state: TrainState, nan_policy: str, checkpoints) -> None:
     path = optim.path_str(jax.tree_util.tree_flatten_with_path(state.params)[0][leaf][0])
     what = f"gradient (first non-finite leaf: {path})" if loss_ok else f"loss (first non-finite gradient leaf: {path})"
     latest = checkpoints.latest_step()
-    raise FloatingPointError(
+    raise DivergedError(
         f"non-finite {what} at step {bad_step}; the last good checkpoint is "
         f"{'step ' + str(latest) if latest is not None else 'none'}: lower optim.base_lr, set optim.clip_norm, "
         "or --config.nan_policy=skip"
@@ -316,7 +317,7 @@ def _check_resumable(config, config_path: str, workdir: str) -> None:
         saved = json.load(f)
     conflicts = config_lib.resume_conflicts(saved, json.loads(json.dumps(config.to_dict(), default=str)))
     if conflicts:
-        raise config_lib.ConfigError(
+        raise ConfigError(
             f"{workdir} holds a checkpoint of a run with another config ({'; '.join(conflicts)}): use a new "
             "--workdir, or --config.resume_policy=allow_changes to resume with the new values"
         )

@@ -276,8 +276,8 @@ def write_plots(exp, rows, data, prefix):
 def lr_curve(d) -> list[tuple[float, float]]:
     """The run's learning rate at every update, rebuilt from its saved config by the same schedule code
     the run used (the logged lr is only sampled every log step)."""
-    import numpy as np
     import ml_collections
+    import numpy as np
 
     from lbtrain import optim
 

@@ -12,6 +12,7 @@ import pytest
 
 from lbtrain import config_lib, parallel, train
 from lbtrain.checkpoint import Checkpointer
+from lbtrain.errors import DivergedError
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ARGS = ["--config=configs/mnist_lstm.py:runlocal=True,batch=32", "--config.log_every_steps=1",
@@ -104,7 +105,7 @@ def nan_config(policy):
 @pytest.mark.slow
 def test_nan_stops_the_run_and_keeps_the_last_good_checkpoint(tmp_path, monkeypatch):
     poisoned_mnist(monkeypatch, 16)
-    with pytest.raises(FloatingPointError) as err:
+    with pytest.raises(DivergedError) as err:
         train.train_and_evaluate(nan_config("stop"), str(tmp_path))
     message = str(err.value)
     assert message.startswith("non-finite loss (first non-finite gradient leaf: ")

@@ -24,7 +24,7 @@ CASES = {
     "warmup longer than training": (["--config=configs/mnist_lstm.py:runlocal=True,batch=4000"],
                                     "warmup of 62.5 epochs (62 steps) is not shorter than training (2 epochs, 2 steps)"),
     "batch larger than the data": (["--config=configs/mnist_lstm.py:runlocal=True,batch=8000"],
-                                   "batch size 8000 is larger than the 4000 training examples: lower batch_size"),
+                                   "batch_size=8000 is larger than the 4000 training examples: lower batch_size"),
     "PTB files missing": (["--config=configs/ptb_lstm.py:batch=16", "--config.data.dir=/nonexistent/ptb"],
                           "PTB file ptb.train.txt not found in '/nonexistent/ptb'"),
     "WMT16 not prepared": (["--config=configs/gnmt.py:corpus=wmt16,size=tiny", "--config.data.dir=/nonexistent/tfds"],

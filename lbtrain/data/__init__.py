@@ -11,9 +11,9 @@ import dataclasses
 
 from lbtrain.data import images, lm_corpus, mnist, translation
 from lbtrain.data.batching import ArraySource, TrainBatches, eval_batches
-from lbtrain.data.mnist import DataError
 from lbtrain.data.streams import StreamBatches, eval_windows
 from lbtrain.data.translation import TranslationData
+from lbtrain.errors import DataError
 
 DATASETS = ("mnist", "lm", "translation", "images")
 

@@ -14,6 +14,8 @@ from typing import Protocol
 
 import numpy as np
 
+from lbtrain.errors import ConfigError, ShardingError
+
 
 class Source(Protocol):
     """Random-access examples: ``len(src)`` and ``src[indices] -> {name: array with leading len(indices)}``."""
@@ -47,8 +49,8 @@ def epoch_order(seed: int, epoch: int, num_examples: int) -> np.ndarray:
 def steps_per_epoch(num_examples: int, global_batch: int) -> int:
     steps = num_examples // global_batch
     if steps == 0:
-        raise ValueError(
-            f"batch size {global_batch} is larger than the {num_examples} training examples: lower batch_size"
+        raise ConfigError(
+            f"batch_size={global_batch} is larger than the {num_examples} training examples: lower batch_size"
         )
     return steps
 
@@ -56,7 +58,7 @@ def steps_per_epoch(num_examples: int, global_batch: int) -> int:
 def process_slice(indices: np.ndarray, process_index: int, process_count: int) -> np.ndarray:
     """This process's contiguous share of a global batch (the batch must split evenly)."""
     if len(indices) % process_count:
-        raise ValueError(f"global batch {len(indices)} does not split over {process_count} processes")
+        raise ShardingError(f"global batch {len(indices)} does not split over {process_count} processes: use a multiple of {process_count}")
     per = len(indices) // process_count
     return indices[process_index * per : (process_index + 1) * per]
 

@@ -23,7 +23,8 @@ from collections.abc import Callable, Iterator
 import numpy as np
 
 from lbtrain.data.batching import ArraySource, epoch_order, process_slice, steps_per_epoch
-from lbtrain.data.mnist import DataError, _stratified_split
+from lbtrain.data.splits import stratified_split
+from lbtrain.errors import DataError
 
 IMAGENET_MEAN = np.asarray([0.485, 0.456, 0.406], np.float32) * 255
 IMAGENET_STD = np.asarray([0.229, 0.224, 0.225], np.float32) * 255
@@ -127,7 +128,7 @@ def digits(test_size: int = 300, split_seed: int = 0) -> tuple[ArraySource, Arra
         raise DataError("the digits images need scikit-learn: pip install 'lbtrain[offline]'") from e
     d = load_digits()
     images, labels = d.images.astype(np.float32), d.target.astype(np.int32)
-    train, test = _stratified_split(labels, test_size // 10, split_seed)
+    train, test = stratified_split(labels, test_size // 10, split_seed)
     return ArraySource(image=images[train], label=labels[train]), ArraySource(image=images[test], label=labels[test])
 
 

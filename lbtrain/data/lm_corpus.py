@@ -20,8 +20,9 @@ import re
 
 import numpy as np
 
-from lbtrain.data.mnist import DataError
+from lbtrain.data.splits import chapter_split
 from lbtrain.data.text import Vocab, tokenize
+from lbtrain.errors import DataError
 
 PTB_FILES = {"train": "ptb.train.txt", "valid": "ptb.valid.txt", "test": "ptb.test.txt"}
 PTB_SOURCE = "the standard PTB distribution (simple-examples.tgz from Mikolov's RNNLM page: data/ptb.*.txt)"
@@ -65,7 +66,7 @@ def kjv_lines() -> dict[str, list[list[str]]]:
         text = bible.scripture_content[bible.verse_start_indices[verse_id] : bible.verse_end_indices[verse_id]]
         words = tokenize(_VERSE_NUMBER.sub("", text))
         if words:
-            split = "test" if chapter % 20 == 0 else "valid" if chapter % 20 == 1 else "train"
+            split = chapter_split(chapter)
             out[split].append(words)
     return out
 

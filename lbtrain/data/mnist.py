@@ -12,23 +12,8 @@ from __future__ import annotations
 import numpy as np
 
 from lbtrain.data.batching import ArraySource
-
-
-class DataError(RuntimeError):
-    """A dataset is missing or malformed; the message says what to do."""
-
-
-def _stratified_split(labels: np.ndarray, test_per_class: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
-    rng = np.random.default_rng(seed)
-    test = []
-    for c in np.unique(labels):
-        members = np.flatnonzero(labels == c)
-        if len(members) <= test_per_class:
-            raise DataError(f"class {c} has only {len(members)} examples; lower data.test_size")
-        test.append(rng.choice(members, size=test_per_class, replace=False))
-    test = np.sort(np.concatenate(test))
-    train = np.setdiff1d(np.arange(len(labels)), test)
-    return train, test
+from lbtrain.data.splits import stratified_split
+from lbtrain.errors import DataError
 
 
 def embedded_mnist(test_size: int = 1000, split_seed: int = 0) -> tuple[ArraySource, ArraySource]:
@@ -44,7 +29,7 @@ def embedded_mnist(test_size: int = 1000, split_seed: int = 0) -> tuple[ArraySou
     num_classes = len(np.unique(labels))
     if test_size % num_classes:
         raise DataError(f"data.test_size={test_size} must be a multiple of {num_classes} (stratified split)")
-    train, test = _stratified_split(labels, test_size // num_classes, split_seed)
+    train, test = stratified_split(labels, test_size // num_classes, split_seed)
     return (
         ArraySource(image=images[train], label=labels[train]),
         ArraySource(image=images[test], label=labels[test]),

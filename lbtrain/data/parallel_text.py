@@ -22,10 +22,11 @@ import os
 
 import numpy as np
 
-from lbtrain.data.mnist import DataError
+from lbtrain.data.splits import SPLITS, chapter_split
+from lbtrain.errors import DataError
 
 CORPORA = ("wmt16", "bible", "numbers")
-SPLITS = ("train", "valid", "test")
+
 # bible.db version codes: public-domain texts only
 BIBLE_VERSIONS = {"en": ("k", "King James Version"), "de": ("e", "Elberfelder 1905")}
 WMT16_SPLITS = {"train": "train", "valid": "validation", "test": "test"}
@@ -90,7 +91,7 @@ def bible_pairs(cfg) -> dict[str, Pairs]:
             chapter, last = chapter + 1, (book, chap)
         s, t = " ".join(s.split()), " ".join(t.split())
         if s and t:
-            split = "test" if chapter % 20 == 0 else "valid" if chapter % 20 == 1 else "train"
+            split = chapter_split(chapter)
             out[split][0].append(s)
             out[split][1].append(t)
     return out

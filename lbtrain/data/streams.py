@@ -16,13 +16,14 @@ from collections.abc import Iterator
 import numpy as np
 
 from lbtrain.data.batching import process_slice
+from lbtrain.errors import ConfigError
 
 
 class StreamLayout:
     def __init__(self, ids: np.ndarray, batch: int, window: int, process_index: int = 0, process_count: int = 1):
         length = (len(ids) - 1) // batch
         if length < 1:
-            raise ValueError(f"a stream of {len(ids)} tokens cannot fill {batch} rows: lower the batch size")
+            raise ConfigError(f"a stream of {len(ids)} tokens cannot fill batch_size={batch} rows: lower batch_size")
         self.batch, self.window, self.length = batch, window, length
         rows = process_slice(np.arange(batch), process_index, process_count)
         self.inputs = ids[: batch * length].reshape(batch, length)[rows]
@@ -36,7 +37,7 @@ class StreamBatches(StreamLayout):
         super().__init__(ids, batch, window, process_index, process_count)
         self.steps_per_epoch = self.length // window
         if self.steps_per_epoch == 0:
-            raise ValueError(f"rows of {self.length} tokens are shorter than one window of {window}: lower batch_size")
+            raise ConfigError(f"rows of {self.length} tokens are shorter than one window of {window}: lower batch_size")
 
     def batch_at(self, step: int) -> dict[str, np.ndarray]:
         w = step % self.steps_per_epoch

@@ -3,7 +3,7 @@ line that says how to prepare it and what to use instead."""
 
 from __future__ import annotations
 
-from lbtrain.data.mnist import DataError
+from lbtrain.errors import DataError
 
 DEFAULT_DIR = "TFDS's default data_dir (~/tensorflow_datasets or $TFDS_DATA_DIR)"
 

@@ -24,7 +24,7 @@ import numpy as np
 
 from lbtrain.data import parallel_text, subword
 from lbtrain.data.batching import epoch_order, eval_indices, process_slice, steps_per_epoch
-from lbtrain.data.mnist import DataError
+from lbtrain.errors import DataError
 
 
 class Ragged:

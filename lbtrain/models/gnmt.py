@@ -23,10 +23,10 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from lbtrain.errors import ConfigError
 from lbtrain.models.heads import softmax_cross_entropy_head
 from lbtrain.models.lstm import LSTM, symmetric_uniform
 
-PAD = 0
 _NEG = -1e9  # masked attention score (finite: a fully padded row stays NaN-free)
 
 
@@ -74,16 +74,18 @@ class GNMT(nnx.Module):
         init_scale: float = 0.1,
         label_smoothing: float = 0.0,
         unroll: int = 1,
+        pad_id: int = 0,
         dtype=None,
         param_dtype=jnp.float32,
     ):
         if num_layers < 2:
-            raise ValueError(f"GNMT needs num_layers >= 2 (a bidirectional layer and one above), got {num_layers}")
+            raise ConfigError(f"model.num_layers={num_layers}: GNMT needs num_layers >= 2 (a bidirectional layer and one above)")
         shifted = symmetric_uniform(init_scale, param_dtype)
         h = hidden_size
         lstm = dict(rngs=rngs, unroll=unroll, dtype=dtype, param_dtype=param_dtype, kernel_init=shifted,
                     recurrent_init=shifted)  # fmt: skip
         self.hidden_size, self.dtype, self.label_smoothing = h, dtype, label_smoothing
+        self.pad_id = pad_id  # the vocabulary's padding id: masked in attention and in the loss
         self.src_embed = nnx.Embed(vocab_size, h, rngs=rngs, embedding_init=shifted, param_dtype=param_dtype)
         self.tgt_embed = nnx.Embed(vocab_size, h, rngs=rngs, embedding_init=shifted, param_dtype=param_dtype)
         self.enc_fw = LSTM(h, h, **lstm)
@@ -100,8 +102,8 @@ class GNMT(nnx.Module):
 
     # --- encoder -------------------------------------------------------------------------------------
     def encode(self, src: jax.Array) -> tuple[jax.Array, jax.Array]:
-        """``src`` (B, S) ids, 0 = padding -> (memory (B, S, H), mask (B, S)); memory is 0 on padding."""
-        mask = src != PAD
+        """``src`` (B, S) ids, ``pad_id`` = padding -> (memory (B, S, H), mask (B, S)); memory is 0 on padding."""
+        mask = src != self.pad_id
         lengths = jnp.sum(mask, axis=1)
         x = self._cast(self.src_embed(src))
         x = self.dropout(x)
@@ -147,7 +149,7 @@ class GNMT(nnx.Module):
         """(sum of per-token cross-entropy over real target tokens, their count). ``weights`` (B,) scales
         whole sentences (0 for padding rows of an eval batch)."""
         x, _ = self.features(src, tgt_in)
-        token_w = (tgt_out != PAD).astype(jnp.float32)
+        token_w = (tgt_out != self.pad_id).astype(jnp.float32)
         if weights is not None:
             token_w = token_w * weights[:, None].astype(jnp.float32)
         n = x.shape[0] * x.shape[1]

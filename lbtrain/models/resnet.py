@@ -25,6 +25,8 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from lbtrain.errors import ConfigError
+
 STAGES = {18: ("basic", (2, 2, 2, 2)), 34: ("basic", (3, 4, 6, 3)), 50: ("bottleneck", (3, 4, 6, 3)),
           101: ("bottleneck", (3, 4, 23, 3)), 152: ("bottleneck", (3, 8, 36, 3))}  # fmt: skip
 _conv_init = nnx.initializers.variance_scaling(2.0, "fan_out", "normal")  # He init, as in the reference
@@ -81,9 +83,9 @@ class ResNet(nnx.Module):
         dtype=None,
     ):
         if depth not in STAGES:
-            raise ValueError(f"unknown ResNet depth {depth}; valid choices: {', '.join(map(str, STAGES))}")
+            raise ConfigError(f"model.depth: unknown ResNet depth {depth}; valid choices: {', '.join(map(str, STAGES))}")
         if stem not in ("imagenet", "small"):
-            raise ValueError(f"unknown stem {stem!r}; valid choices: imagenet, small")
+            raise ConfigError(f"model.stem: unknown stem {stem!r}; valid choices: imagenet, small")
         kind, counts = STAGES[depth]
         self.stem_kind, self.dtype, self.label_smoothing = stem, dtype, label_smoothing
         k = (7, 7) if stem == "imagenet" else (3, 3)

@@ -12,8 +12,8 @@ Importable on its own (it imports nothing else of lbtrain) and usable inside any
 
 from lbtrain.optim.factory import OPTIMIZERS, OptimPlan, base_optimizer, current_lr, make, make_schedule, trust_ratios
 from lbtrain.optim.layerwise import TrustRatioState, lamb, lars, scale_by_trust_ratio
-from lbtrain.optim.noise_scale import NoiseScaleAverager, noise_scale_terms, tree_sq_norm
 from lbtrain.optim.masks import default_mask, masked_paths, param_mask, path_str, resolve_mask
+from lbtrain.optim.noise_scale import NoiseScaleAverager, noise_scale_terms, tree_sq_norm
 from lbtrain.optim.scaling import LR_RULES, SCHEMES, WARMUP_RULES, scale_lr, scale_warmup_epochs, scheme_rules
 from lbtrain.optim.schedules import (
     DECAYS,

@@ -2,6 +2,7 @@ import numpy as np
 import pytest
 
 from lbtrain.data.batching import ArraySource, TrainBatches, epoch_order, eval_batches, process_slice, steps_per_epoch
+from lbtrain.errors import ConfigError, ShardingError
 
 
 def source(n=103):
@@ -45,12 +46,12 @@ def test_processes_partition_every_global_batch():
 
 
 def test_process_slice_requires_even_split():
-    with pytest.raises(ValueError, match="does not split"):
+    with pytest.raises(ShardingError, match="does not split"):
         process_slice(np.arange(10), 0, 3)
 
 
 def test_batch_larger_than_dataset_is_an_error():
-    with pytest.raises(ValueError, match="larger than the 5 training examples"):
+    with pytest.raises(ConfigError, match="larger than the 5 training examples"):
         steps_per_epoch(5, 8)
 
 

@@ -4,7 +4,8 @@ import tensorflow_datasets as tfds
 from ml_collections import ConfigDict
 
 from lbtrain import data
-from lbtrain.data.mnist import DataError, TfdsSource, embedded_mnist
+from lbtrain.data.mnist import TfdsSource, embedded_mnist
+from lbtrain.errors import DataError
 
 
 def test_embedded_split_is_stratified_fixed_and_disjoint():

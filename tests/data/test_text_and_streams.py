@@ -3,9 +3,9 @@ import pytest
 from ml_collections import ConfigDict
 
 from lbtrain.data import lm_corpus
-from lbtrain.data.mnist import DataError
 from lbtrain.data.streams import StreamBatches, eval_windows
 from lbtrain.data.text import EOS, UNK, Vocab, tokenize, unigram_perplexity
+from lbtrain.errors import DataError
 
 
 def test_tokenize_ptb_style():

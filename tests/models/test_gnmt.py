@@ -8,6 +8,7 @@ import optax
 import pytest
 from flax import nnx
 
+from lbtrain.errors import ConfigError
 from lbtrain.models.gnmt import GNMT, reverse_within_length
 from lbtrain.models.heads import softmax_cross_entropy_head
 
@@ -96,7 +97,7 @@ def test_layout_bidirectional_first_layer_and_residual_widths():
     dec = [params["decoder"][i]["input_kernel"].shape for i in range(4)]
     assert dec == [(8, 32), (16, 32), (16, 32), (16, 32)]  # every layer above the bottom gets [x, context]
     assert params["output_kernel"].shape == (V, 8)
-    with pytest.raises(ValueError, match="num_layers >= 2"):
+    with pytest.raises(ConfigError, match="num_layers >= 2"):
         GNMT(rngs=nnx.Rngs(0), vocab_size=V, hidden_size=8, num_layers=1)
 
 

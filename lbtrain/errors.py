@@ -1,0 +1,42 @@
+"""The project's user-facing errors: mistakes a user can fix, shown by the CLI as one line.
+
+Every class here derives from :class:`LbtrainError`. ``lbtrain.main`` prints these as
+``lbtrain: error: <message>`` and exits 1; any other exception (a bug in lbtrain, JAX or Flax) keeps
+its traceback. A message names the key, file or path at fault and says what to do about it.
+
+This module imports nothing: every layer (data, models, tasks, engine, scripts) may raise these.
+"""
+
+from __future__ import annotations
+
+
+class LbtrainError(Exception):
+    """Base of every error a user can fix by changing a config value, a file or a flag."""
+
+
+class ConfigError(LbtrainError):
+    """A config key is unknown, out of range, set for a choice that is not selected, or inconsistent."""
+
+
+class DataError(LbtrainError):
+    """A dataset cannot be read or does not match what the config asks for (path, split, format)."""
+
+
+class ShardingError(LbtrainError):
+    """The batch or the device / process layout does not fit the mesh."""
+
+
+class ResumeError(LbtrainError):
+    """A workdir's saved run cannot be resumed with this config (or its checkpoints are unusable)."""
+
+
+class StorageError(LbtrainError):
+    """A run-directory path cannot be written or read (permissions, full disk, missing extra, bucket)."""
+
+
+class DivergedError(LbtrainError):
+    """Training produced non-finite numbers and the NaN policy says stop."""
+
+
+__all__ = ["ConfigError", "DataError", "DivergedError", "LbtrainError", "ResumeError", "ShardingError",
+           "StorageError"]  # fmt: skip
