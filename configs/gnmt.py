@@ -54,7 +54,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     config.task = "translation"
     config.batch_size = a.batch or base_batch  # sentence pairs per update (global, over all devices)
     config.eval_batch_size = 128
-    config.num_epochs = a.epochs or (4 if a.runlocal else epochs)
+    config.num_epochs = float(a.epochs or (4 if a.runlocal else epochs))
     config.eval_every_epochs = 1.0
     config.log_every_steps = 50
     config.num_devices = 0
@@ -105,8 +105,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
         scheme=a.scheme,
         clip_norm=5.0,
         # GNMT's step decay: x0.5 at 2/3 of the budget and three more times over the last third
-        schedule=dict(warmup_epochs=1 / 64, decay="multistep", factor=0.5,
-                      boundaries=tuple(budget * (2 / 3 + i / 12) for i in range(4))),
+        schedule=dict(warmup_epochs=1 / 64, decay="multistep",
+                      multistep=dict(factor=0.5, boundaries=tuple(budget * (2 / 3 + i / 12) for i in range(4)))),
     )  # fmt: skip
 
     if corpus == "numbers":  # tiny task: warm up over 1/16 epoch at the base batch

@@ -35,7 +35,7 @@ RECIPES = {
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
-    a = config_lib.parse_arg(arg, batch=0, scheme="legw", source="embedded", epochs=0, runlocal=False)
+    a = config_lib.parse_arg(arg, batch=0, scheme="legw", source="embedded", epochs=0.0, runlocal=False)
     if a.source not in RECIPES:
         raise config_lib.ConfigError(f"unknown source {a.source!r}; valid choices: {', '.join(RECIPES)}")
     r = RECIPES[a.source]
@@ -45,7 +45,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     config.task = "classification"
     config.batch_size = a.batch or r["base_batch"]  # global batch over all devices and processes
     config.eval_batch_size = r["eval_batch"]  # multiple of the device count; last batch padded + masked
-    config.num_epochs = a.epochs or r["epochs"]  # the epoch budget, the same at every batch size
+    config.num_epochs = float(a.epochs or r["epochs"])  # the epoch budget, the same at every batch size
     config.eval_every_epochs = 1.0
     config.log_every_steps = 50
     config.num_devices = 0
@@ -71,11 +71,11 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
         base_lr=r["base_lr"],
         base_batch_size=r["base_batch"],
         scheme=a.scheme,
-        schedule=dict(warmup_epochs=r["warmup_epochs"], decay="poly", power=2.0),
+        schedule=dict(warmup_epochs=r["warmup_epochs"], decay="poly", poly=dict(power=2.0)),
     )
 
     if a.runlocal:  # seconds on a CPU: small model, two epochs
         config.model.hidden_size = 32
-        config.num_epochs = a.epochs or 2
+        config.num_epochs = float(a.epochs or 2)
         config.log_every_steps = 10
     return config

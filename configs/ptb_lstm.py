@@ -36,7 +36,7 @@ BASE_BATCH = 20
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
-    a = config_lib.parse_arg(arg, size="small", batch=0, scheme="legw", corpus="ptb", epochs=0, runlocal=False)
+    a = config_lib.parse_arg(arg, size="small", batch=0, scheme="legw", corpus="ptb", epochs=0.0, runlocal=False)
     if a.size not in SIZES:
         raise config_lib.ConfigError(f"unknown size {a.size!r}; valid choices: {', '.join(SIZES)}")
     hidden, window, init_scale, dropout, epochs, rate, decay_after, clip = SIZES[a.size]
@@ -46,7 +46,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     config.task = "language_model"
     config.batch_size = a.batch or BASE_BATCH  # parallel token streams (global, over all devices)
     config.eval_batch_size = 16  # streams when scoring valid/test; independent of batch_size
-    config.num_epochs = a.epochs or epochs
+    config.num_epochs = float(a.epochs or epochs)
     config.eval_every_epochs = 1.0
     config.log_every_steps = 100
     config.num_devices = 0
@@ -79,14 +79,14 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
         scheme=a.scheme,
         clip_norm=clip,
         # lr = 1.0 for the first `decay_after` epochs, then x rate per epoch (staircase)
-        schedule=dict(warmup_epochs=1 / 16, decay="exponential", rate=rate, start_epoch=decay_after - 1.0,
-                      staircase=True),
+        schedule=dict(warmup_epochs=1 / 16, decay="exponential",
+                      exponential=dict(rate=rate, start_epoch=decay_after - 1.0, staircase=True)),
     )  # fmt: skip
 
     if a.runlocal:  # ~15 s on 2 CPU cores: 2k vocab, 2 x 128 units, one epoch of the KJV (~1.8k steps)
         config.data.vocab_size = 2000
         config.model.hidden_size = 128
         config.model.dropout = 0.0
-        config.num_epochs = a.epochs or 1
+        config.num_epochs = float(a.epochs or 1)
         config.log_every_steps = 200
     return config

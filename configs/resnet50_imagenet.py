@@ -31,17 +31,17 @@ Arg keys: batch (default: the base batch), scheme (legw | linear | sqrt | none),
 
 import ml_collections
 
-from lbtrain import config_lib
+from lbtrain import config_lib, optim
 
 BASE_BATCH = 512
-# optimizer: (base lr at batch 512, weight decay, extra optim fields). LARS: the paper's recipe; momentum:
-# Goyal et al. (0.1 per 256); the adaptive ones: their usual defaults, not tuned for this model.
+# optimizer: (base lr at batch 512, weight decay, its hyper-parameter block). LARS: the paper's recipe;
+# momentum: Goyal et al. (0.1 per 256); the adaptive ones: their usual defaults, not tuned for this model.
 OPTIMIZERS = {
     "lars": (4.0, 1e-4, dict(momentum=0.9, eta=1e-3)),
     "momentum": (0.2, 1e-4, dict(momentum=0.9)),
     "adam": (1e-3, 0.0, {}),
     "adagrad": (0.05, 0.0, {}),
-    "rmsprop": (1e-3, 0.0, dict(rms_decay=0.9, eps=1e-3)),
+    "rmsprop": (1e-3, 0.0, dict(decay=0.9, eps=1e-3)),
 }
 BN_AND_BIAS = (r"norm", r"bias")
 
@@ -90,11 +90,15 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
         base_batch_size=BASE_BATCH,
         scheme=a.scheme,
         weight_decay=wd,
-        exclude_from_weight_decay=BN_AND_BIAS,  # ndim-1 leaves are excluded anyway; explicit for the reader
-        exclude_from_trust_ratio=BN_AND_BIAS,
-        schedule=dict(warmup_epochs=10 / 64, decay="poly", power=2.0),
-        **extra,
+        schedule=dict(warmup_epochs=10 / 64, decay="poly", poly=dict(power=2.0)),
+        **{a.optimizer: extra},
     )  # fmt: skip
+    # BN and biases outside weight decay and the trust ratio (ndim-1 leaves are excluded anyway; explicit for
+    # the reader), where the optimizer has them
+    if wd:
+        config.optim.mask.exclude_from_weight_decay = BN_AND_BIAS
+    if optim.OPTIMIZERS[a.optimizer].trust_ratio:
+        config.optim.mask.exclude_from_trust_ratio = BN_AND_BIAS
 
     if a.runlocal:  # ~1 min on 2 CPU cores: 1,497 training digits, ResNet-18 layout at width 16
         config.data.source = "digits"

@@ -42,43 +42,43 @@ def parse_arg(arg: str | None, **defaults) -> ml_collections.ConfigDict:
     return ml_collections.ConfigDict(out)
 
 
-def optim_config(**overrides) -> ml_collections.ConfigDict:
-    """The optimizer block every application shares, with a comment per field."""
+def _block(defaults: dict) -> ml_collections.ConfigDict:
     cfg = ml_collections.ConfigDict()
-    cfg.name = "momentum"  # one of lbtrain.optim.OPTIMIZERS
+    for k, v in defaults.items():
+        cfg[k] = ml_collections.FieldReference(v, field_type=float) if v is None else v
+    return cfg
+
+
+def _update(cfg: ml_collections.ConfigDict, overrides: dict) -> None:
+    for k, v in overrides.items():
+        if isinstance(v, dict):
+            _update(cfg[k], v)
+        else:
+            cfg[k] = v
+
+
+def optim_config(**overrides) -> ml_collections.ConfigDict:
+    """The optimizer block every application shares: the common keys, then one block per optimizer and
+    one per decay with the registry's defaults (``lbtrain.optim.OPTIMIZERS``, ``DECAY_DEFAULTS``). Only the
+    selected optimizer's and decay's blocks act; :func:`validate` refuses a value set in another one.
+    ``overrides`` may be nested dicts, e.g. ``schedule=dict(decay="poly", poly=dict(power=2.0))``."""
+    cfg = ml_collections.ConfigDict()
+    cfg.name = "momentum"  # a key of lbtrain.optim.OPTIMIZERS; its hyper-parameters are in optim.<name>
     cfg.base_lr = 0.1  # peak LR at base_batch_size (the tuned base recipe)
     cfg.base_batch_size = 128  # B0: the batch the base recipe was tuned at
     cfg.scheme = "legw"  # legw | linear | sqrt | none: how lr and warmup scale with batch/B0
     cfg.clip_norm = 0.0  # global-norm gradient clipping; 0 = off
-    cfg.weight_decay = 0.0
-    cfg.momentum = 0.9  # momentum, nesterov, lars
-    cfg.nesterov = False
-    cfg.b1 = 0.9  # adam, adamw, lamb
-    cfg.b2 = 0.999
-    cfg.eps = ml_collections.FieldReference(None, field_type=float)  # None = the optimizer's default
-    cfg.eta = 1e-3  # LARS trust coefficient
-    cfg.initial_accumulator_value = 0.1  # adagrad
-    cfg.rms_decay = 0.9  # rmsprop
-    cfg.rms_momentum = 0.0
-    cfg.rho = 0.9  # adadelta
-    cfg.mask_min_ndim = 2  # leaves with ndim >= this get weight decay / trust ratio ...
-    cfg.exclude_from_weight_decay = ()  # ... unless a regex here matches their path
-    cfg.exclude_from_trust_ratio = ()
+    cfg.weight_decay = 0.0  # L2 on the gradient (adamw: decoupled; lars/lamb: in their formulas)
+    cfg.mask = _block(optim.MASK_DEFAULTS)  # which leaves get weight decay / a trust ratio: ndim >= min_ndim,
+    # unless a regex in exclude_from_* matches their path
+    for name, entry in optim.OPTIMIZERS.items():
+        cfg[name] = _block(entry.defaults)
     cfg.schedule = ml_collections.ConfigDict()
     cfg.schedule.warmup_epochs = 0.0  # W0 at base_batch_size; scaled by the scheme's warmup rule
-    cfg.schedule.decay = "poly"  # constant | poly | exponential | multistep | cosine
-    cfg.schedule.power = 2.0  # poly
-    cfg.schedule.end_value = 0.0  # poly, cosine
-    cfg.schedule.rate = 0.5  # exponential: factor per epoch
-    cfg.schedule.start_epoch = ml_collections.FieldReference(None, field_type=float)  # exponential; None = end of warmup
-    cfg.schedule.staircase = False  # exponential
-    cfg.schedule.boundaries = ()  # multistep, in epochs
-    cfg.schedule.factor = 0.1  # multistep
-    for k, v in overrides.items():
-        if isinstance(v, dict):
-            cfg[k].update(v)
-        else:
-            cfg[k] = v
+    cfg.schedule.decay = "constant"  # a key of lbtrain.optim.DECAYS; its arguments are in schedule.<decay>
+    for name, defaults in optim.DECAY_DEFAULTS.items():
+        cfg.schedule[name] = _block(defaults)
+    _update(cfg, overrides)
     return cfg
 
 
@@ -126,20 +126,81 @@ def _choice(what: str, value, choices) -> None:
         raise ConfigError(f"unknown {what} {value!r}; valid choices: {', '.join(map(str, choices))}")
 
 
+def _as_plain(v):
+    return list(v) if isinstance(v, tuple) else v
+
+
+def _unselected_blocks(config) -> None:
+    """A value set in the block of an optimizer or a decay that is not selected would be ignored: refuse it."""
+    o = config.optim
+    blocks = [(f"optim.{n}", e.defaults, n == o.name) for n, e in optim.OPTIMIZERS.items()]
+    blocks += [(f"optim.schedule.{n}", d, n == o.schedule.decay) for n, d in optim.DECAY_DEFAULTS.items()]
+    for where, defaults, selected in blocks:
+        block = config
+        for part in where.split("."):
+            block = block[part]
+        changed = [k for k, v in defaults.items() if _as_plain(block[k]) != _as_plain(v)]
+        if changed and not selected:
+            what = "optim.name" if where.count(".") == 1 else "optim.schedule.decay"
+            raise ConfigError(
+                f"{where}.{changed[0]} is set but {what} is {o.name if what == 'optim.name' else o.schedule.decay!r}:"
+                f" it would be ignored; remove it or select {where.rsplit('.', 1)[1]!r}"
+            )
+    trust = optim.OPTIMIZERS[o.name].trust_ratio
+    if tuple(o.mask.exclude_from_trust_ratio) and not trust:
+        raise ConfigError(f"optim.mask.exclude_from_trust_ratio is set but optim.name={o.name!r} has no trust "
+                          "ratio (lars, lamb): it would be ignored; remove it")  # fmt: skip
+    if tuple(o.mask.exclude_from_weight_decay) and not o.weight_decay:
+        raise ConfigError("optim.mask.exclude_from_weight_decay is set but optim.weight_decay is 0: it would be "
+                          "ignored; remove it or set a weight decay")  # fmt: skip
+
+
+def _in_range(key: str, value, lo=None, hi=None, *, lo_open=False, integer=False) -> None:
+    """``key``'s value must lie in [lo, hi] (or (lo, hi] with ``lo_open``), finite, and whole if ``integer``."""
+    import math
+
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    ok = ok and (not integer or float(value).is_integer())
+    ok = ok and (lo is None or (value > lo if lo_open else value >= lo)) and (hi is None or value <= hi)
+    if not ok:
+        left = "any" if lo is None else f"{'(' if lo_open else '['}{lo:g}"
+        right = "" if hi is None else f", {hi:g}]"
+        span = f"{left}{right}" if hi is not None else (f"> {lo:g}" if lo_open else f">= {lo:g}")
+        raise ConfigError(f"{key}={value!r} is out of range: use {'an integer ' if integer else 'a number '}{span}")
+
+
+# numeric keys every application has: (key, lo, hi, lo_open, integer)
+RANGES = (
+    ("batch_size", 0, None, True, True), ("eval_batch_size", 0, None, False, True),
+    ("num_epochs", 0, 1e6, True, False), ("eval_every_epochs", 0, None, True, False),
+    ("log_every_steps", 1, None, False, True), ("num_devices", 0, None, False, True),
+    ("seed", 0, 2**31 - 1, False, True), ("checkpoint_every_epochs", 0, None, True, False),
+    ("keep_checkpoints", 1, None, False, True), ("accum_steps", 1, None, False, True),
+    ("optim.base_lr", 0, 1e4, False, False), ("optim.base_batch_size", 0, None, True, True),
+    ("optim.clip_norm", 0, None, False, False), ("optim.weight_decay", 0, 1.0, False, False),
+    ("optim.schedule.warmup_epochs", 0, None, False, False), ("optim.mask.min_ndim", 0, None, False, True),
+)  # fmt: skip
+
+
 def validate(config) -> None:
-    """Fail fast, with a one-line message, on names that do not exist (before any data is read)."""
+    """Fail fast, with a one-line message naming the key, on names that do not exist, numbers out of range
+    and values that would be ignored (before any data is read)."""
     from lbtrain import data, models, tasks
 
-    _choice("optim.name", config.optim.name, optim.OPTIMIZERS)
+    _choice("optim.name", config.optim.name, tuple(optim.OPTIMIZERS))
     _choice("optim.scheme", config.optim.scheme, tuple(optim.SCHEMES))
     _choice("optim.schedule.decay", config.optim.schedule.decay, optim.DECAYS)
-    _choice("model.name", config.model.name, models.MODELS)
-    _choice("data.name", config.data.name, data.DATASETS)
+    _choice("model.name", config.model.name, tuple(models.MODELS))
+    _choice("data.name", config.data.name, tuple(data.DATASETS))
     _choice("task", config.task, tuple(tasks.TASKS))
     _choice("resume_policy", config.get("resume_policy", "strict"), RESUME_POLICIES)
     _choice("nan_policy", config.get("nan_policy", "stop"), ("stop", "skip"))
-    if int(config.batch_size) <= 0:
-        raise ConfigError(f"batch_size must be positive, got {config.batch_size}")
+    for key, lo, hi, lo_open, integer in RANGES:
+        node = config
+        for part in key.split("."):
+            node = node[part]
+        _in_range(key, node, lo, hi, lo_open=lo_open, integer=integer)
+    _unselected_blocks(config)
 
 
 def load_config(spec: str) -> ml_collections.ConfigDict:

@@ -67,14 +67,14 @@ def parse_flags(argv: list[str]) -> list[str]:
 def main(argv) -> None:
     if len(argv) > 1:
         _fail(f"unexpected arguments: {' '.join(argv[1:])}", 2)
-    from lbtrain import config_lib, parallel, train
+    from lbtrain import config_lib, loop, parallel
 
     quiet_library_logs()
 
     try:
         config_lib.validate(_CONFIG.value)
         parallel.initialize_distributed(_CONFIG.value.get("distributed"))
-        train.train_and_evaluate(_CONFIG.value, _WORKDIR.value)
+        loop.train_and_evaluate(_CONFIG.value, _WORKDIR.value)
     except LbtrainError as e:
         if os.environ.get("LBTRAIN_TRACEBACK"):
             raise

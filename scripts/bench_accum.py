@@ -13,12 +13,10 @@ import sys
 import time
 
 import jax
-import numpy as np
 from absl import app, flags
 
-from lbtrain import config_lib, parallel, tasks, train
-from lbtrain.data.batching import ArraySource, TrainBatches
-from lbtrain.data.streams import StreamBatches
+from lbtrain import config_lib, setup
+from lbtrain import data as data_lib
 
 _CONFIG = flags.DEFINE_string("config", "configs/ptb_lstm.py:size=small", "Config (file:arg).")
 _BATCH = flags.DEFINE_integer("batch", 640, "Global batch per update.")
@@ -26,31 +24,20 @@ _SPLITS = flags.DEFINE_list("accum", ["1", "2", "4", "8"], "Micro-batch counts t
 _ROUNDS = flags.DEFINE_integer("rounds", 3, "Timed rounds (median).")
 
 
-def make_batch(cfg, batch: int):
-    rng = np.random.default_rng(0)
-    if cfg.task == "language_model":
-        ids = rng.integers(0, cfg.model.vocab_size, batch * cfg.data.window * 2 + 1).astype(np.int32)
-        return StreamBatches(ids, batch, cfg.data.window).batch_at(1)
-    src = ArraySource(image=rng.integers(0, 256, (batch, 28, 28)).astype(np.uint8), label=rng.integers(0, 10, batch))
-    return TrainBatches(src, batch, 0).batch_at(0)
-
-
 def main(argv):
     del argv
     cfg = config_lib.load_config(f"{_CONFIG.value},batch={_BATCH.value}" if ":" in _CONFIG.value
                                  else f"{_CONFIG.value}:batch={_BATCH.value}")  # fmt: skip
-    mesh = parallel.make_mesh(cfg.get("num_devices", 0))
-    task = tasks.make(cfg.task)
-    batch = parallel.to_global(make_batch(cfg, _BATCH.value), mesh)
+    data = data_lib.synthetic(cfg, _BATCH.value)
     runs = {}
     for k in map(int, _SPLITS.value):
         cfg.unlock()
         cfg.accum_steps = k
-        state, setup = train.init_state(cfg, 100, mesh, task)
-        step = train.jit_train_step(setup, task, state)
-        holder = {"state": state}
+        built = setup.build(cfg, data=data)
+        batch = built.global_batch(built.batches.batch_at(0))
+        holder = {"state": built.state}
 
-        def run(step=step, holder=holder):
+        def run(step=built.train_step, holder=holder, batch=batch):
             holder["state"], metrics = step(holder["state"], batch)
             return jax.block_until_ready(metrics["loss"])
 
@@ -63,7 +50,7 @@ def main(argv):
             run()
             times[k].append(time.perf_counter() - start)
     base = statistics.median(times[min(runs)])
-    print(f"{_CONFIG.value} | global batch {_BATCH.value} | {mesh.size} device(s) | {jax.devices()[0].platform}")
+    print(f"{_CONFIG.value} | global batch {_BATCH.value} | {built.plan.devices} device(s) | {jax.devices()[0].platform}")
     print("| accum_steps | micro-batch | ms / update | vs accum_steps=1 |")
     print("|---|---|---|---|")
     for k in runs:

@@ -4,7 +4,7 @@
     python scripts/bench_resnet.py --depth=18 --image_size=64 --batches=8,32 --dtypes=float32   # CPU-sized
     python scripts/bench_resnet.py --json=/tmp/bench_resnet.json
 
-It times the step the training loop runs (``train.jit_train_step`` built from
+It times the step the training loop runs (``setup.build(config).train_step`` for
 ``configs/resnet50_imagenet.py``: forward, backward, LARS update, BatchNorm statistics, donated state) on
 synthetic normalised images, after warm-up; the median of ``--rounds`` is reported. Peers measured in the
 same run: each dtype against float32 at the same batch, each batch against the smallest one (per-image
@@ -56,23 +56,19 @@ def matmul_peak(dtype, n=4096, rounds=5) -> float:
 
 def bench_one(batch: int, dtype: str) -> dict:
     import jax
-    import numpy as np
 
     sys.path.insert(0, ROOT)
-    from lbtrain import config_lib, parallel, tasks, train
+    from lbtrain import config_lib, setup
+    from lbtrain import data as data_lib
 
     cfg = config_lib.load_config(os.path.join(ROOT, f"configs/resnet50_imagenet.py:batch={batch},depth={_DEPTH.value}"))
     cfg.unlock()
     cfg.model.dtype = dtype
-    mesh = parallel.make_mesh(0)
-    task = tasks.make("classification")
-    state, setup = train.init_state(cfg, steps_per_epoch=1000, mesh=mesh, task=task)
-    step = train.jit_train_step(setup, task, state)
-    rng = np.random.default_rng(0)
-    batch_np = {"image": rng.normal(size=(batch, _SIZE.value, _SIZE.value, 3)).astype(np.float32),
-                "label": rng.integers(0, 1000, batch).astype(np.int32)}  # fmt: skip
-    with jax.set_mesh(mesh):
-        data = parallel.to_global(batch_np, mesh)
+    cfg.data.image_size = _SIZE.value
+    run_ = setup.build(cfg, data=data_lib.synthetic(cfg, batch))
+    state, step = run_.state, run_.train_step
+    with jax.set_mesh(run_.mesh):
+        data = run_.global_batch(run_.batches.batch_at(0))
         compiled = step.lower(state, data).compile()
         cost = compiled.cost_analysis()
         cost = cost[0] if isinstance(cost, list) else cost
@@ -88,7 +84,7 @@ def bench_one(batch: int, dtype: str) -> dict:
         times = [_timed(run, _MIN_TIME.value) for _ in range(_ROUNDS.value)]
     t = statistics.median(times)
     return {"batch": batch, "dtype": dtype, "step_s": t, "images_per_s": batch / t, "step_flops": flops,
-            "flops_per_s": flops / t if flops else 0.0, "devices": mesh.size}  # fmt: skip
+            "flops_per_s": flops / t if flops else 0.0, "devices": run_.plan.devices}  # fmt: skip
 
 
 def main(argv):

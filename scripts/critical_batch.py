@@ -35,31 +35,27 @@ def measure(spec: str, steps: int, splits: int, skip: int = 0, window: int = 50,
     import jax
 
     sys.path.insert(0, ROOT)
-    from lbtrain import config_lib, optim, parallel, tasks, train
-    from lbtrain import data as data_lib
+    from lbtrain import config_lib, optim, setup
     from lbtrain.checkpoint import Checkpointer
 
     config = config_lib.load_config(spec)
     config.unlock()
     config.noise_scale, config.accum_steps = True, splits
-    mesh = parallel.make_mesh(config.get("num_devices", 0))
-    dataset = data_lib.make(config.data, workdir or None)
-    batches = dataset.train_batches(int(config.batch_size), config.seed, jax.process_index(), jax.process_count())
-    task = tasks.make(config.task)
-    state, setup = train.init_state(config, batches.steps_per_epoch, mesh, task)
+    run = setup.build(config, workdir or None)
+    state = run.state
     if workdir:
         ckpt = Checkpointer(workdir, 1, 1)
         latest = ckpt.latest_step()
         if latest is not None:
             state = ckpt.restore(state, latest)
         ckpt.close()
-    step_fn = train.jit_train_step(setup, task, state)
+    batches, dataset = run.batches, run.data
     start = int(state.step)
     overall, windows, current = optim.NoiseScaleAverager(), [], optim.NoiseScaleAverager()
-    with jax.set_mesh(mesh):
+    with jax.set_mesh(run.mesh):
         it = batches.iterate(start)
         for i in range(steps):
-            state, m = step_fn(state, parallel.to_global(next(it), mesh))
+            state, m = run.train_step(state, run.global_batch(next(it)))
             if i < skip:
                 continue
             g, t = float(m["noise_grad_sq"]), float(m["noise_trace"])

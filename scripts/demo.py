@@ -14,7 +14,7 @@ import sys
 
 from absl import app, flags
 
-from lbtrain import config_lib, train
+from lbtrain import config_lib, loop
 from lbtrain.metrics import quiet_library_logs
 
 _SCHEMES = flags.DEFINE_list("schemes", ["legw"], "Schemes to run at the large batch (legw, linear, sqrt, none).")
@@ -27,7 +27,7 @@ _OVERRIDES = flags.DEFINE_string("extra", "", "Extra get_config arg items, e.g. 
 def _run(arg: str, name: str) -> dict:
     config = config_lib.load_config(f"{_CONFIG.value}:{arg}")
     print(f"\n=== {name}: {_CONFIG.value}:{arg} ===", flush=True)
-    result = train.train_and_evaluate(config, os.path.join(_WORKDIR.value, name))
+    result = loop.train_and_evaluate(config, os.path.join(_WORKDIR.value, name))
     row = {"name": name, "batch": config.batch_size, **result["plan"], **result["final"], "time": result["train_time_s"]}
     if row["batch_size"] == row["base_batch_size"]:
         row["scheme"] = "(base)"  # every scheme is the base recipe at k = 1

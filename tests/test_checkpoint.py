@@ -10,7 +10,7 @@ import jax
 import numpy as np
 import pytest
 
-from lbtrain import config_lib, parallel, train
+from lbtrain import config_lib, loop, setup
 from lbtrain.checkpoint import Checkpointer
 from lbtrain.errors import DivergedError
 
@@ -27,7 +27,9 @@ def start(workdir, devices):
 
 def final_params(workdir):
     cfg = config_lib.load_config(os.path.join(ROOT, ARGS[0].split("=", 1)[1]))
-    template, _ = train.init_state(cfg, 125, parallel.make_mesh(1))
+    cfg.unlock()
+    cfg.num_devices = 1
+    template = setup.build(cfg).state
     ckpt = Checkpointer(str(workdir), 25)
     assert ckpt.latest_step() == 250
     return jax.tree.leaves(jax.device_get(ckpt.restore(template).params))
@@ -81,7 +83,7 @@ def test_sigterm_saves_and_exits_cleanly(tmp_path):
     assert resumed.returncode == 0 and f"resuming from the checkpoint at step {step}" in rest
 
 
-def poisoned_mnist(monkeypatch, batch):
+def poisoned_mnist(batch):
     """The embedded MNIST as float images, with one NaN pixel in the example first seen at update 41."""
     from lbtrain import data as data_lib
     from lbtrain.data.batching import ArraySource, TrainBatches
@@ -92,7 +94,11 @@ def poisoned_mnist(monkeypatch, batch):
     poison = TrainBatches(real.train, batch, seed=0).local_indices(40)[0]
     images[poison, 3, 5] = np.nan
     train_src = ArraySource(image=images, label=real.train[everything]["label"])
-    monkeypatch.setattr(train.data_lib, "make", lambda cfg, workdir=None: data_lib.ClassificationData(train_src, real.eval))
+    return data_lib.ClassificationData(train_src, real.eval)
+
+
+def train_poisoned(policy, workdir):
+    return loop.train(setup.build(nan_config(policy), workdir, data=poisoned_mnist(16)), workdir)
 
 
 def nan_config(policy):
@@ -103,10 +109,9 @@ def nan_config(policy):
 
 
 @pytest.mark.slow
-def test_nan_stops_the_run_and_keeps_the_last_good_checkpoint(tmp_path, monkeypatch):
-    poisoned_mnist(monkeypatch, 16)
+def test_nan_stops_the_run_and_keeps_the_last_good_checkpoint(tmp_path):
     with pytest.raises(DivergedError) as err:
-        train.train_and_evaluate(nan_config("stop"), str(tmp_path))
+        train_poisoned("stop", str(tmp_path))
     message = str(err.value)
     assert message.startswith("non-finite loss (first non-finite gradient leaf: ")
     assert "at step 41; the last good checkpoint is step 25" in message
@@ -115,9 +120,8 @@ def test_nan_stops_the_run_and_keeps_the_last_good_checkpoint(tmp_path, monkeypa
 
 
 @pytest.mark.slow
-def test_nan_policy_skip_drops_and_counts_the_bad_updates(tmp_path, monkeypatch):
-    poisoned_mnist(monkeypatch, 16)
-    result = train.train_and_evaluate(nan_config("skip"), str(tmp_path))
+def test_nan_policy_skip_drops_and_counts_the_bad_updates(tmp_path):
+    result = train_poisoned("skip", str(tmp_path))
     import json
 
     rows = [json.loads(line) for line in open(tmp_path / "metrics.jsonl") if '"train"' in line]

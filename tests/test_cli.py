@@ -25,3 +25,30 @@ def test_run_with_overrides(tmp_path):
     results = json.loads((tmp_path / "results.json").read_text())
     assert results["plan"]["peak_lr"] == pytest.approx(4.0) and results["plan"]["optimizer"] == "lars"
     assert json.loads((tmp_path / "config.json").read_text())["optim"]["name"] == "lars"
+
+
+BUG = """
+import sys
+from lbtrain import errors, loop, main
+
+def fail(config, workdir):
+    raise {kind}("{message}")
+
+loop.train_and_evaluate = fail
+sys.argv = ["lbtrain", "--config=configs/mnist_lstm.py:runlocal=True", "--workdir={workdir}"]
+main.run()
+"""
+
+
+@pytest.mark.parametrize("kind, one_line", [("errors.DataError", True), ("errors.ConfigError", True),
+                                            ("ValueError", False), ("KeyError", False)])  # fmt: skip
+def test_only_our_errors_become_one_line_any_other_keeps_its_traceback(tmp_path, kind, one_line):
+    """A ValueError raised below main (in lbtrain, JAX or Flax) is a bug: it must keep its traceback."""
+    code = BUG.format(kind=kind, message="the message", workdir=tmp_path)
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 1
+    if one_line:
+        assert proc.stderr.strip() == "lbtrain: error: the message", proc.stderr
+    else:
+        assert "Traceback (most recent call last)" in proc.stderr and "in fail" in proc.stderr, proc.stderr
+        assert "lbtrain: error:" not in proc.stderr

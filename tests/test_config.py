@@ -36,7 +36,88 @@ def test_config_is_locked_and_validated():
 
 
 def test_optional_float_fields_accept_overrides():
-    cfg = config_lib.load_config("configs/mnist_lstm.py")
-    cfg.optim.eps = 1e-4
-    cfg.optim.schedule.start_epoch = 3.0
-    assert cfg.optim.eps == 1e-4 and cfg.optim.schedule.start_epoch == 3.0
+    cfg = config_lib.load_config("configs/ptb_lstm.py")
+    assert cfg.optim.schedule.decay == "exponential"
+    cfg.optim.schedule.exponential.start_epoch = 3.0
+    assert cfg.optim.schedule.exponential.start_epoch == 3.0
+    config_lib.validate(cfg)
+
+
+def mnist():
+    return config_lib.load_config("configs/mnist_lstm.py:runlocal=True")
+
+
+def set_key(cfg, key, value):
+    *parents, leaf = key.split(".")
+    node = cfg
+    for p in parents:
+        node = node[p]
+    node[leaf] = value
+
+
+@pytest.mark.parametrize(
+    "key,value,message",
+    [
+        # a value set for an optimizer or a decay that is not selected would be ignored
+        ("optim.adam.b2", 0.98, "optim.adam.b2 is set but optim.name is 'momentum': it would be ignored; remove it "
+                                "or select 'adam'"),
+        ("optim.lars.eta", 0.01, "optim.lars.eta is set but optim.name is 'momentum'"),
+        ("optim.schedule.multistep.boundaries", (3.0,), "optim.schedule.multistep.boundaries is set but "
+                                                        "optim.schedule.decay is 'poly'"),
+        ("optim.schedule.exponential.rate", 0.9, "optim.schedule.exponential.rate is set but optim.schedule.decay"),
+        ("optim.mask.exclude_from_trust_ratio", ("bias",), "exclude_from_trust_ratio is set but optim.name='momentum' "
+                                                           "has no trust ratio"),
+        ("optim.mask.exclude_from_weight_decay", ("bias",), "exclude_from_weight_decay is set but optim.weight_decay "
+                                                            "is 0"),
+        # numbers out of range name the key and the range
+        ("optim.base_lr", -1.0, r"optim.base_lr=-1.0 is out of range: use a number \[0, 10000\]"),
+        ("optim.base_lr", 1e30, "optim.base_lr=1e.30 is out of range"),
+        ("optim.base_lr", float("nan"), "optim.base_lr=nan is out of range"),
+        ("accum_steps", 0, "accum_steps=0 is out of range: use an integer >= 1"),
+        ("batch_size", 0, "batch_size=0 is out of range: use an integer > 0"),
+        ("num_epochs", -2.0, "num_epochs=-2.0 is out of range"),
+        ("optim.weight_decay", 2.0, r"optim.weight_decay=2.0 is out of range: use a number \[0, 1\]"),
+        ("optim.name", "adamm", "unknown optim.name 'adamm'; valid choices: sgd, momentum, adam"),
+        ("optim.name", "nesterov", "unknown optim.name 'nesterov'"),  # one way to ask for Nesterov: momentum.nesterov
+        ("model.name", "mlp", "unknown model.name 'mlp'; valid choices: mnist_lstm, lstm_lm, gnmt, resnet"),
+        ("data.name", "cifar", "unknown data.name 'cifar'; valid choices: mnist, lm, translation, images"),
+        ("task", "qa", "unknown task 'qa'; valid choices: classification, language_model, translation"),
+        ("nan_policy", "ignore", "unknown nan_policy 'ignore'; valid choices: stop, skip"),
+    ],
+)
+def test_misplaced_or_out_of_range_keys_fail_with_one_line_naming_them(key, value, message):
+    cfg = mnist()
+    set_key(cfg, key, value)
+    with pytest.raises(config_lib.ConfigError, match=message) as err:
+        config_lib.validate(cfg)
+    assert "\n" not in str(err.value)
+
+
+def test_the_selected_blocks_act_and_the_others_keep_their_defaults():
+    cfg = mnist()
+    cfg.optim.name, cfg.optim.weight_decay = "lars", 1e-4
+    cfg.optim.lars.eta, cfg.optim.lars.nesterov = 0.01, True
+    cfg.optim.mask.exclude_from_trust_ratio = ("embed",)
+    cfg.optim.mask.exclude_from_weight_decay = ("embed",)
+    config_lib.validate(cfg)  # every value set acts
+    cfg.optim.schedule.poly.power = 3.0
+    config_lib.validate(cfg)  # poly is the selected decay
+
+
+def test_budget_shorter_than_one_update_names_the_key():
+    from lbtrain import setup
+
+    cfg = mnist()
+    cfg.num_epochs = 0.001
+    with pytest.raises(config_lib.ConfigError, match=r"num_epochs=0.001 is 0 updates at 250 steps per epoch: raise "
+                                                     "num_epochs"):
+        setup.build(cfg)
+
+
+def test_warmup_longer_than_training_names_the_keys():
+    from lbtrain import setup
+
+    cfg = config_lib.load_config("configs/mnist_lstm.py:runlocal=True,batch=1024")
+    with pytest.raises(config_lib.ConfigError, match=r"optim.schedule.warmup_epochs=0.25 scales to 16 epochs \(48 "
+                                                     r"steps\) at batch 1024, not shorter than num_epochs=2"):
+        setup.build(cfg)

@@ -5,7 +5,7 @@ import os
 
 import pytest
 
-from lbtrain import config_lib, train
+from lbtrain import config_lib, loop
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -16,7 +16,7 @@ def test_runlocal_numbers_bleu_rises_well_above_the_first_eval(tmp_path, capsys)
     config.unlock()
     config.eval_every_epochs = 1.0
     config.decode.beam_size = 2
-    result = train.train_and_evaluate(config, str(tmp_path))
+    result = loop.train_and_evaluate(config, str(tmp_path))
     bleu = [h["bleu"] for h in result["history"] if h["split"] == "valid"]
     assert len(bleu) == 4
     assert bleu[-1] > bleu[0] + 5.0 and bleu[-1] > 8.0, bleu

@@ -8,8 +8,9 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from lbtrain import config_lib, parallel, tasks, train
-from lbtrain.data import lm_corpus
+from lbtrain import config_lib, loop, setup, tasks
+from lbtrain.data import LanguageModelData, lm_corpus
+from lbtrain.data.lm_corpus import Corpus
 from lbtrain.data.text import unigram_perplexity
 from lbtrain.metrics import read_jsonl
 from lbtrain.models.lstm_lm import LSTMLanguageModel
@@ -28,7 +29,7 @@ def windows(batch=3, T=5, seed=0):
 
 
 def test_carried_state_two_windows_equal_one_double_window():
-    task, model = tasks.make("language_model"), tiny_lm(init_scale=1.0)  # large weights: the state matters
+    task, model = tasks.LanguageModelTask(), tiny_lm(init_scale=1.0)  # large weights: the state matters
     x, y = windows()
     T, b = 5, x.shape[0]
     carry0 = task.init_carry(model, b)
@@ -51,25 +52,24 @@ def test_train_state_carries_the_streams():
     cfg.unlock()
     cfg.model.vocab_size, cfg.model.hidden_size = 31, 12
     cfg.optim.base_lr = 0.0
-    mesh = parallel.make_mesh(1)
-    task = tasks.make("language_model")
+    cfg.num_devices = 1
+    ids = np.random.default_rng(0).integers(0, 31, 401).astype(np.int32)
     x, y = windows(batch=4, T=5, seed=1)
     losses = {}
     for T in (5, 10):
-        state, setup = train.init_state(cfg, 100, mesh, task)
-        step = jax.jit(train.make_train_step(setup.train_graphdef, setup.tx, task))
-        total = 0.0
+        run = setup.build(cfg, data=LanguageModelData(Corpus(ids, ids, ids, vocab=None), window=T))
+        state, total = run.state, 0.0
         for w in range(10 // T):
             batch = {"inputs": x[:, w * T : (w + 1) * T], "targets": y[:, w * T : (w + 1) * T],
-                     "reset": jnp.full((4,), 1.0 if w == 0 else 0.0)}  # fmt: skip
-            state, metrics = step(state, batch)
+                     "reset": np.full((4,), 1.0 if w == 0 else 0.0, np.float32)}  # fmt: skip
+            state, metrics = run.train_step(state, run.global_batch({k: np.asarray(v) for k, v in batch.items()}))
             total += float(metrics["loss"]) * 4 * T
         losses[T] = total
     assert losses[5] == pytest.approx(losses[10], rel=1e-5)
 
 
 def test_uniform_model_has_perplexity_equal_to_vocab_size():
-    task, model = tasks.make("language_model"), tiny_lm()
+    task, model = tasks.LanguageModelTask(), tiny_lm()
     model.output_kernel[...] = jnp.zeros_like(model.output_kernel[...])
     model.output_bias[...] = jnp.zeros_like(model.output_bias[...])
     x, y = windows()
@@ -82,7 +82,7 @@ def test_uniform_model_has_perplexity_equal_to_vocab_size():
 @pytest.mark.slow
 def test_runlocal_beats_the_unigram_model(tmp_path):
     cfg = config_lib.load_config(os.path.join(ROOT, "configs/ptb_lstm.py:runlocal=True"))
-    result = train.train_and_evaluate(cfg, str(tmp_path))
+    result = loop.train_and_evaluate(cfg, str(tmp_path))
     corpus = lm_corpus.load(cfg.data, str(tmp_path))  # the vocabulary the run saved
     unigram = unigram_perplexity(corpus.train, corpus.valid, len(corpus.vocab))
     valid, test = result["final_by_split"]["valid"], result["final_by_split"]["test"]

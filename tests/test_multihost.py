@@ -10,7 +10,7 @@ import jax
 import numpy as np
 import pytest
 
-from lbtrain import config_lib, parallel, train
+from lbtrain import config_lib, parallel, setup
 from lbtrain.checkpoint import Checkpointer
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -35,7 +35,9 @@ def losses(workdir):
 
 def params(workdir):
     cfg = config_lib.load_config(os.path.join(ROOT, ARGS[0].split("=", 1)[1]))
-    template, _ = train.init_state(cfg, 125, parallel.make_mesh(1))
+    cfg.unlock()
+    cfg.num_devices = 1
+    template = setup.build(cfg).state
     return jax.tree.leaves(jax.device_get(Checkpointer(str(workdir), 125).restore(template).params))
 
 

@@ -9,7 +9,7 @@ import textwrap
 
 import pytest
 
-from lbtrain import config_lib, optim, train
+from lbtrain import config_lib, loop, optim
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONFIG = os.path.join(ROOT, "configs/resnet50_imagenet.py")
@@ -18,8 +18,9 @@ SCRIPT = textwrap.dedent(
     """
     import json
     import jax, numpy as np
-    from lbtrain import config_lib, parallel, tasks, train
-    from lbtrain.data.batching import ArraySource, TrainBatches
+    from lbtrain import config_lib, setup
+    from lbtrain.data import ClassificationData
+    from lbtrain.data.batching import ArraySource
 
     assert len(jax.devices()) == 8
     rng = np.random.default_rng(0)
@@ -29,17 +30,15 @@ SCRIPT = textwrap.dedent(
                       label=rng.integers(0, 10, 64).astype(np.int32))
     cfg = config_lib.load_config("configs/resnet50_imagenet.py:runlocal=True,batch=64,optimizer=momentum")
     cfg.unlock(); cfg.model.width = 4; cfg.optim.schedule.warmup_epochs = 0.0; cfg.model.zero_init_last_bn = False
-    task = tasks.make("classification")
-    batches = TrainBatches(src, 64, seed=0)
+    cfg.eval_batch_size = 64
     results = {}
     for n in (1, 8):
-        mesh = parallel.make_mesh(n)
-        state, setup = train.init_state(cfg, 1, mesh, task)
-        step = train.jit_train_step(setup, task, state)
-        losses = []
-        with jax.set_mesh(mesh):
+        cfg.num_devices = n
+        run = setup.build(cfg, data=ClassificationData(src, src))
+        state, losses = run.state, []
+        with jax.set_mesh(run.mesh):
             for s in range(3):
-                state, m = step(state, parallel.to_global(batches.batch_at(0), mesh))
+                state, m = run.train_step(state, run.global_batch(run.batches.batch_at(0)))
                 losses.append(float(m["loss"]))
         results[n] = (losses, jax.device_get(state.params), jax.device_get(state.model_state))
     diff = lambda a, b: max(float(np.max(np.abs(np.asarray(x) - np.asarray(y))))
@@ -71,7 +70,7 @@ def test_legw_reproduces_the_papers_lars_table(batch, lr, warmup):
     _, plan = optim.make(cfg.optim, batch_size=batch, steps_per_epoch=steps_per_epoch, num_epochs=cfg.num_epochs)
     assert plan.peak_lr == pytest.approx(lr, rel=1e-6) and plan.warmup_epochs == pytest.approx(warmup)
     assert cfg.optim.name == "lars" and cfg.optim.weight_decay == 1e-4 and cfg.model.label_smoothing == 0.1
-    assert cfg.optim.schedule.decay == "poly" and cfg.optim.schedule.power == 2.0 and cfg.num_epochs == 90
+    assert cfg.optim.schedule.decay == "poly" and cfg.optim.schedule.poly.power == 2.0 and cfg.num_epochs == 90
 
 
 @pytest.mark.parametrize("name", ["lars", "momentum", "adam", "adagrad", "rmsprop"])
@@ -86,7 +85,7 @@ def test_optimizer_comparison_configs_scale_each_base_lr_with_legw(name):
 @pytest.mark.slow
 def test_runlocal_digits_accuracy_well_above_chance(tmp_path):
     config = config_lib.load_config(f"{CONFIG}:runlocal=True,epochs=8")
-    result = train.train_and_evaluate(config, str(tmp_path))
+    result = loop.train_and_evaluate(config, str(tmp_path))
     acc = [h["accuracy"] for h in result["history"]]
     assert acc[-1] > 0.9, acc  # chance is 0.1
     assert result["plan"]["optimizer"] == "lars"

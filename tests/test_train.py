@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import tensorflow_datasets as tfds
 
-from lbtrain import config_lib, train
+from lbtrain import config_lib, loop
 from lbtrain.metrics import read_jsonl
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -28,7 +28,7 @@ def config(arg="runlocal=True", **overrides):
 @pytest.mark.slow
 def test_embedded_run_learns_and_writes_metrics(tmp_path, capsys):
     cfg = config("runlocal=True,batch=32", num_epochs=2, **{"optim.base_batch_size": 16})
-    result = train.train_and_evaluate(cfg, str(tmp_path))
+    result = loop.train_and_evaluate(cfg, str(tmp_path))
     out = capsys.readouterr().out
     # derived quantities printed at start
     assert "global batch: 32 | per-device batch: 32" in out
@@ -56,7 +56,7 @@ def test_embedded_run_learns_and_writes_metrics(tmp_path, capsys):
 def test_lars_run_logs_trust_ratios(tmp_path):
     cfg = config("runlocal=True,batch=64,scheme=sqrt", num_epochs=1, log_every_steps=5,
                  **{"optim.name": "lars", "optim.base_lr": 1.0})  # fmt: skip
-    train.train_and_evaluate(cfg, str(tmp_path))
+    loop.train_and_evaluate(cfg, str(tmp_path))
     rows = [r for r in read_jsonl(tmp_path / "metrics.jsonl") if r["kind"] == "train"]
     assert all(0 < r["trust_ratio_min"] <= r["trust_ratio_mean"] <= r["trust_ratio_max"] for r in rows)
     assert rows[-1]["trust_ratio_max"] == 1.0  # biases are outside the trust-ratio mask
@@ -66,7 +66,7 @@ def test_lars_run_logs_trust_ratios(tmp_path):
 def test_mock_tfds_run(tmp_path):
     cfg = config("runlocal=True,source=tfds,batch=16", num_epochs=2, eval_batch_size=16)
     with tfds.testing.mock_data(num_examples=64):
-        result = train.train_and_evaluate(cfg, str(tmp_path))
+        result = loop.train_and_evaluate(cfg, str(tmp_path))
     assert result["plan"]["steps_per_epoch"] == 4
     assert result["final"]["examples"] == 64  # every mock test example evaluated once
     assert np.isfinite(result["final"]["loss"])

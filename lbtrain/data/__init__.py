@@ -2,20 +2,22 @@
 
 ``Data`` knows how to batch itself: ``train_batches(global_batch, seed, process_index, process_count)``
 (an object with ``steps_per_epoch``, ``batch_at(step)`` and ``iterate(start_step)``), ``eval_splits``
-and ``eval_batches(split, batch, process_index, process_count)``.
+and ``eval_batches(split, batch, process_index, process_count)``. It also says what it counts
+(``unit``, ``items_per_row``: examples, images or tokens per batch row), ``num_train`` and the facts the
+model must share with it (``model_args``, e.g. the padding id).
 """
 
 from __future__ import annotations
 
 import dataclasses
 
+import numpy as np
+
 from lbtrain.data import images, lm_corpus, mnist, translation
 from lbtrain.data.batching import ArraySource, TrainBatches, eval_batches
 from lbtrain.data.streams import StreamBatches, eval_windows
 from lbtrain.data.translation import TranslationData
-from lbtrain.errors import DataError
-
-DATASETS = ("mnist", "lm", "translation", "images")
+from lbtrain.errors import ConfigError, DataError
 
 
 @dataclasses.dataclass
@@ -25,6 +27,7 @@ class ClassificationData:
     eval_splits: tuple[str, ...] = ("eval",)
     unit = "ex"  # what the progress line counts per second
     items_per_row = 1
+    model_args = property(lambda self: {})
 
     @property
     def num_train(self) -> int:
@@ -43,6 +46,7 @@ class LanguageModelData:
     window: int
     eval_splits: tuple[str, ...] = ("valid", "test")
     unit = "tok"
+    model_args = property(lambda self: {})
 
     @property
     def items_per_row(self) -> int:  # tokens per stream per step
@@ -60,19 +64,53 @@ class LanguageModelData:
         return eval_windows(getattr(self.corpus, split), batch, self.window, process_index, process_count)
 
 
-def make(cfg, workdir: str | None = None):
-    if cfg.name not in DATASETS:
-        raise DataError(f"unknown dataset {cfg.name!r}; valid choices: {', '.join(DATASETS)}")
-    if cfg.name == "lm":
-        return LanguageModelData(lm_corpus.load(cfg, workdir), int(cfg.window))
-    if cfg.name == "images":
-        return images.load(cfg)
-    if cfg.name == "translation":
-        import jax
-
-        return translation.load(cfg, workdir, write=jax.process_index() == 0)
+def _mnist(cfg, workdir, is_writer):
     return ClassificationData(*mnist.load(cfg))
 
 
+def _lm(cfg, workdir, is_writer):
+    return LanguageModelData(lm_corpus.load(cfg, workdir), int(cfg.window))
+
+
+def _images(cfg, workdir, is_writer):
+    return images.load(cfg)
+
+
+def _translation(cfg, workdir, is_writer):
+    return translation.load(cfg, workdir, write=is_writer)
+
+
+# name -> loader(data_cfg, workdir, is_writer); workdir holds artefacts built from the data (vocabularies)
+DATASETS = {"mnist": _mnist, "lm": _lm, "translation": _translation, "images": _images}
+
+
+def synthetic(config, rows: int, seed: int = 0):
+    """Random data shaped like ``config``'s dataset, ``rows`` training rows (one epoch = one batch of
+    ``rows``) and as many eval rows: for benchmarks, which time the step, not the data."""
+    rng = np.random.default_rng(seed)
+    if config.data.name == "lm":
+        window = int(config.data.window)
+        ids = rng.integers(0, config.model.vocab_size, rows * window + 1).astype(np.int32)
+        return LanguageModelData(lm_corpus.Corpus(ids, ids, ids, vocab=None), window)
+    if config.data.name == "images":
+        size = int(config.data.image_size) if config.data.source == "imagenet" else 8
+        shape = (rows, size, size, int(config.model.in_channels))
+        src = ArraySource(image=rng.normal(size=shape).astype(np.float32),
+                          label=rng.integers(0, config.model.num_classes, rows).astype(np.int32))  # fmt: skip
+        return ClassificationData(src, src)
+    if config.data.name == "mnist":
+        src = ArraySource(image=rng.integers(0, 256, (rows, 28, 28)).astype(np.uint8),
+                          label=rng.integers(0, 10, rows).astype(np.int32))  # fmt: skip
+        return ClassificationData(src, src)
+    raise ConfigError(f"no synthetic data for data.name={config.data.name!r}; valid: lm, images, mnist")
+
+
+def make(cfg, workdir: str | None = None, is_writer: bool = True):
+    """Load the dataset ``cfg.name``; only the writer process saves artefacts into ``workdir``."""
+    if cfg.name not in DATASETS:
+        raise ConfigError(f"unknown data.name {cfg.name!r}; valid choices: {', '.join(DATASETS)}")
+    return DATASETS[cfg.name](cfg, workdir, is_writer)
+
+
 __all__ = ["ArraySource", "ClassificationData", "DATASETS", "DataError", "LanguageModelData", "StreamBatches",
-           "TrainBatches", "TranslationData", "eval_batches", "eval_windows", "make"]  # fmt: skip
+           "TrainBatches", "TranslationData", "eval_batches", "eval_windows", "make", "synthetic"]  # fmt: skip

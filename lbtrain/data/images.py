@@ -217,6 +217,7 @@ class ImageData:
     eval_splits: tuple[str, ...] = ("eval",)
     unit = "img"
     items_per_row = 1
+    model_args = property(lambda self: {})
 
     @property
     def num_train(self) -> int:

@@ -143,6 +143,11 @@ class TranslationData:
     def num_train(self) -> int:
         return len(self.train_src)
 
+    @property
+    def model_args(self) -> dict:
+        """What the model must know of this vocabulary: the padding id it masks."""
+        return {"pad_id": subword.PAD}
+
     def summary(self) -> str:
         ev = ", ".join(f"{k} {len(v.src)} (sources truncated: {v.truncated})" for k, v in self.evals.items())
         return (f"translation pairs: train {self.num_train} ({self.dropped} longer than max_len={self.max_len} "

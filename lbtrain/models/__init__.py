@@ -5,55 +5,61 @@ from __future__ import annotations
 import jax.numpy as jnp
 from flax import nnx
 
+from lbtrain.errors import ConfigError
 from lbtrain.models.gnmt import GNMT
 from lbtrain.models.lstm import LSTM, LSTMStack
 from lbtrain.models.lstm_lm import LSTMLanguageModel
 from lbtrain.models.mnist_lstm import MnistLSTM
 from lbtrain.models.resnet import ResNet
 
-MODELS = ("mnist_lstm", "lstm_lm", "gnmt", "resnet")
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.float16}
 
 
-def _dtype(name):
+def _dtype(cfg, key: str, default: str | None):
+    name = cfg.get(key, default)
     if name is None or name == "":
         return None
     if name not in DTYPES:
-        raise ValueError(f"unknown dtype {name!r}; valid choices: {', '.join(DTYPES)}")
+        raise ConfigError(f"unknown model.{key} {name!r}; valid choices: {', '.join(DTYPES)}")
     return DTYPES[name]
 
 
-def make(cfg, rngs: nnx.Rngs) -> nnx.Module:
+def _dtypes(cfg) -> dict:
+    return dict(dtype=_dtype(cfg, "dtype", None), param_dtype=_dtype(cfg, "param_dtype", "float32"))
+
+
+def _resnet(cfg, rngs, **data_args):
+    return ResNet(rngs=rngs, depth=cfg.depth, num_classes=cfg.num_classes, width=cfg.width, stem=cfg.stem,
+                  in_channels=cfg.in_channels, zero_init_last_bn=cfg.zero_init_last_bn,
+                  label_smoothing=cfg.label_smoothing, dtype=_dtypes(cfg)["dtype"])  # fmt: skip
+
+
+def _gnmt(cfg, rngs, **data_args):
+    return GNMT(rngs=rngs, vocab_size=cfg.vocab_size, hidden_size=cfg.hidden_size, num_layers=cfg.num_layers,
+                dropout=cfg.dropout, init_scale=cfg.init_scale, label_smoothing=cfg.label_smoothing,
+                unroll=cfg.get("unroll", 1), **data_args, **_dtypes(cfg))  # fmt: skip
+
+
+def _lstm_lm(cfg, rngs, **data_args):
+    return LSTMLanguageModel(rngs=rngs, vocab_size=cfg.vocab_size, hidden_size=cfg.hidden_size,
+                             num_layers=cfg.num_layers, dropout=cfg.dropout, init_scale=cfg.init_scale,
+                             tie_embeddings=cfg.tie_embeddings, unroll=cfg.get("unroll", 1), **_dtypes(cfg))  # fmt: skip
+
+
+def _mnist_lstm(cfg, rngs, **data_args):
+    return MnistLSTM(rngs=rngs, hidden_size=cfg.hidden_size, num_classes=cfg.num_classes,
+                     unroll=cfg.get("unroll", 1), **_dtypes(cfg))  # fmt: skip
+
+
+# name -> builder(model_cfg, rngs, **data_args); data_args are facts of the dataset (e.g. the padding id)
+MODELS = {"mnist_lstm": _mnist_lstm, "lstm_lm": _lstm_lm, "gnmt": _gnmt, "resnet": _resnet}
+
+
+def make(cfg, rngs: nnx.Rngs, **data_args) -> nnx.Module:
     """Build the model ``cfg.name`` with its hyper-parameters from ``cfg``."""
     if cfg.name not in MODELS:
-        raise ValueError(f"unknown model {cfg.name!r}; valid choices: {', '.join(MODELS)}")
-    dtype, param_dtype = _dtype(cfg.get("dtype")), _dtype(cfg.get("param_dtype", "float32"))
-    if cfg.name == "resnet":
-        return ResNet(
-            rngs=rngs, depth=cfg.depth, num_classes=cfg.num_classes, width=cfg.width, stem=cfg.stem,
-            in_channels=cfg.in_channels, zero_init_last_bn=cfg.zero_init_last_bn,
-            label_smoothing=cfg.label_smoothing, dtype=dtype,
-        )  # fmt: skip
-    if cfg.name == "gnmt":
-        return GNMT(
-            rngs=rngs, vocab_size=cfg.vocab_size, hidden_size=cfg.hidden_size, num_layers=cfg.num_layers,
-            dropout=cfg.dropout, init_scale=cfg.init_scale, label_smoothing=cfg.label_smoothing,
-            unroll=cfg.get("unroll", 1), dtype=dtype, param_dtype=param_dtype,
-        )  # fmt: skip
-    if cfg.name == "lstm_lm":
-        return LSTMLanguageModel(
-            rngs=rngs, vocab_size=cfg.vocab_size, hidden_size=cfg.hidden_size, num_layers=cfg.num_layers,
-            dropout=cfg.dropout, init_scale=cfg.init_scale, tie_embeddings=cfg.tie_embeddings,
-            unroll=cfg.get("unroll", 1), dtype=dtype, param_dtype=param_dtype,
-        )  # fmt: skip
-    return MnistLSTM(
-        rngs=rngs,
-        hidden_size=cfg.hidden_size,
-        num_classes=cfg.num_classes,
-        unroll=cfg.get("unroll", 1),
-        dtype=dtype,
-        param_dtype=param_dtype,
-    )
+        raise ConfigError(f"unknown model.name {cfg.name!r}; valid choices: {', '.join(MODELS)}")
+    return MODELS[cfg.name](cfg, rngs, **data_args)
 
 
 __all__ = ["GNMT", "LSTM", "ResNet", "LSTMLanguageModel", "LSTMStack", "MnistLSTM", "MODELS", "make"]

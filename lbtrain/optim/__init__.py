@@ -10,12 +10,24 @@ Importable on its own (it imports nothing else of lbtrain) and usable inside any
     tx = optax.chain(optax.clip_by_global_norm(1.0), optim.lars(schedule, weight_decay=1e-4))
 """
 
-from lbtrain.optim.factory import OPTIMIZERS, OptimPlan, base_optimizer, current_lr, make, make_schedule, trust_ratios
+from lbtrain.optim.factory import (
+    MASK_DEFAULTS,
+    OPTIMIZERS,
+    Optimizer,
+    OptimPlan,
+    base_optimizer,
+    current_lr,
+    decay_arguments,
+    make,
+    make_schedule,
+    trust_ratios,
+)
 from lbtrain.optim.layerwise import TrustRatioState, lamb, lars, scale_by_trust_ratio
 from lbtrain.optim.masks import default_mask, masked_paths, param_mask, path_str, resolve_mask
 from lbtrain.optim.noise_scale import NoiseScaleAverager, noise_scale_terms, tree_sq_norm
 from lbtrain.optim.scaling import LR_RULES, SCHEMES, WARMUP_RULES, scale_lr, scale_warmup_epochs, scheme_rules
 from lbtrain.optim.schedules import (
+    DECAY_DEFAULTS,
     DECAYS,
     epochs_to_steps,
     legw_schedule,
@@ -25,7 +37,7 @@ from lbtrain.optim.schedules import (
 )
 
 __all__ = [
-    "DECAYS", "LR_RULES", "NoiseScaleAverager", "OPTIMIZERS", "SCHEMES", "WARMUP_RULES", "OptimPlan", "TrustRatioState",
+    "DECAY_DEFAULTS", "DECAYS", "LR_RULES", "MASK_DEFAULTS", "Optimizer", "decay_arguments", "NoiseScaleAverager", "OPTIMIZERS", "SCHEMES", "WARMUP_RULES", "OptimPlan", "TrustRatioState",
     "base_optimizer", "current_lr", "default_mask", "epochs_to_steps", "lamb", "lars", "legw_schedule",
     "make", "make_schedule", "masked_paths", "noise_scale_terms", "param_mask", "path_str", "resolve_mask", "scale_by_trust_ratio",
     "scale_lr", "scale_warmup_epochs", "scaled_schedule", "scheme_rules", "scheme_schedule", "trust_ratios",

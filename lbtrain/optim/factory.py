@@ -1,19 +1,92 @@
 """Config -> one explicit optax chain: [clip] -> optimizer(lr = scaled warmup/decay schedule).
 
-``optim_cfg`` is any mapping with attribute access (an ``ml_collections.ConfigDict`` in lbtrain);
-this module imports nothing else of lbtrain. The fields it reads are listed in ``make``.
+``cfg`` is any mapping with attribute access (an ``ml_collections.ConfigDict`` in lbtrain); this module
+imports nothing else of lbtrain. Its shape (see :func:`make`)::
+
+    name, base_lr, base_batch_size, scheme, clip_norm, weight_decay,
+    mask: {min_ndim, exclude_from_weight_decay, exclude_from_trust_ratio},
+    <one block per optimizer, its hyper-parameters>: e.g. lars: {momentum, nesterov, eta, eps},
+    schedule: {warmup_epochs, decay, <one block per decay>: e.g. poly: {power, end_value}}
+
+Only the selected optimizer's block and the selected decay's block are read. The tables below are the
+single place where an optimizer's (or a decay's) name, builder and defaults live.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from typing import Any
 
 import optax
 
 from lbtrain.optim import layerwise, masks, scaling, schedules
 
-OPTIMIZERS = ("sgd", "momentum", "nesterov", "adam", "adamw", "adagrad", "rmsprop", "adadelta", "lars", "lamb")
+
+@dataclasses.dataclass(frozen=True)
+class Optimizer:
+    """One registry entry: ``build(learning_rate, hp, weight_decay, wd_mask, trust_mask)`` with ``hp`` the
+    block of hyper-parameters (``defaults`` gives its keys and default values). ``decoupled_decay``: the
+    builder applies ``weight_decay`` itself (else it is L2 added to the gradient under the mask)."""
+
+    build: Callable[..., optax.GradientTransformation]
+    defaults: dict[str, Any]
+    decoupled_decay: bool = False
+    trust_ratio: bool = False
+
+
+def _sgd(lr, hp, wd, wd_mask, trust_mask):
+    return optax.sgd(lr)
+
+
+def _momentum(lr, hp, wd, wd_mask, trust_mask):
+    return optax.sgd(lr, momentum=float(hp.momentum), nesterov=bool(hp.nesterov))
+
+
+def _adam(lr, hp, wd, wd_mask, trust_mask):
+    return optax.adam(lr, b1=float(hp.b1), b2=float(hp.b2), eps=float(hp.eps))
+
+
+def _adamw(lr, hp, wd, wd_mask, trust_mask):
+    return optax.adamw(lr, b1=float(hp.b1), b2=float(hp.b2), eps=float(hp.eps), weight_decay=wd, mask=wd_mask)
+
+
+def _adagrad(lr, hp, wd, wd_mask, trust_mask):
+    return optax.adagrad(lr, initial_accumulator_value=float(hp.initial_accumulator_value), eps=float(hp.eps))
+
+
+def _rmsprop(lr, hp, wd, wd_mask, trust_mask):
+    return optax.rmsprop(lr, decay=float(hp.decay), eps=float(hp.eps), momentum=float(hp.momentum) or None)
+
+
+def _adadelta(lr, hp, wd, wd_mask, trust_mask):
+    return optax.adadelta(lr, rho=float(hp.rho), eps=float(hp.eps))
+
+
+def _lars(lr, hp, wd, wd_mask, trust_mask):
+    return layerwise.lars(lr, momentum=float(hp.momentum), weight_decay=wd, eta=float(hp.eta), eps=float(hp.eps),
+                          nesterov=bool(hp.nesterov), weight_decay_mask=wd_mask, trust_ratio_mask=trust_mask)  # fmt: skip
+
+
+def _lamb(lr, hp, wd, wd_mask, trust_mask):
+    return layerwise.lamb(lr, b1=float(hp.b1), b2=float(hp.b2), eps=float(hp.eps), weight_decay=wd,
+                          weight_decay_mask=wd_mask, trust_ratio_mask=trust_mask)  # fmt: skip
+
+
+OPTIMIZERS: dict[str, Optimizer] = {
+    "sgd": Optimizer(_sgd, {}),
+    "momentum": Optimizer(_momentum, {"momentum": 0.9, "nesterov": False}),
+    "adam": Optimizer(_adam, {"b1": 0.9, "b2": 0.999, "eps": 1e-8}),
+    "adamw": Optimizer(_adamw, {"b1": 0.9, "b2": 0.999, "eps": 1e-8}, decoupled_decay=True),
+    "adagrad": Optimizer(_adagrad, {"initial_accumulator_value": 0.1, "eps": 1e-7}),
+    "rmsprop": Optimizer(_rmsprop, {"decay": 0.9, "eps": 1e-8, "momentum": 0.0}),
+    "adadelta": Optimizer(_adadelta, {"rho": 0.9, "eps": 1e-6}),
+    "lars": Optimizer(_lars, {"momentum": 0.9, "nesterov": False, "eta": 1e-3, "eps": 0.0}, True, True),
+    "lamb": Optimizer(_lamb, {"b1": 0.9, "b2": 0.999, "eps": 1e-6}, True, True),
+}
+
+# Where the parameter masks act: "which leaves get weight decay" and "which leaves get a trust ratio".
+MASK_DEFAULTS = {"min_ndim": 2, "exclude_from_weight_decay": (), "exclude_from_trust_ratio": ()}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -35,65 +108,62 @@ class OptimPlan:
     decay: str
 
 
+def _lookup(table, name: str, what: str):
+    if name not in table:
+        raise ValueError(f"unknown {what} {name!r}; valid choices: {', '.join(table)}")
+    return table[name]
+
+
+class _Block:
+    """Attribute access over a config block, falling back to the registry defaults for missing keys (so a
+    plain dict or a partial block works too)."""
+
+    def __init__(self, block, defaults: dict):
+        self._block, self._defaults = block, defaults
+
+    def __getattr__(self, key):
+        if key.startswith("_"):
+            raise AttributeError(key)
+        block = self._block
+        if block is not None and (key in block if hasattr(block, "__contains__") else hasattr(block, key)):
+            return block[key] if hasattr(block, "__getitem__") else getattr(block, key)
+        return self._defaults[key]
+
+
 def _get(cfg, name, default=None):
+    if cfg is None:
+        return default
     return cfg.get(name, default) if hasattr(cfg, "get") else getattr(cfg, name, default)
 
 
 def _masks(cfg):
-    min_ndim = int(_get(cfg, "mask_min_ndim", 2))
-    wd_mask = masks.param_mask(min_ndim, tuple(_get(cfg, "exclude_from_weight_decay", ()) or ()))
-    trust_mask = masks.param_mask(min_ndim, tuple(_get(cfg, "exclude_from_trust_ratio", ()) or ()))
+    m = _Block(_get(cfg, "mask"), MASK_DEFAULTS)
+    wd_mask = masks.param_mask(int(m.min_ndim), tuple(m.exclude_from_weight_decay or ()))
+    trust_mask = masks.param_mask(int(m.min_ndim), tuple(m.exclude_from_trust_ratio or ()))
     return wd_mask, trust_mask
 
 
 def base_optimizer(name: str, learning_rate: optax.ScalarOrSchedule, cfg) -> optax.GradientTransformation:
-    """The optimizer ``name`` with its hyper-parameters from ``cfg`` (momentum, b1, b2, eps, ...).
+    """The optimizer ``name`` with its hyper-parameters from the block ``cfg.<name>``.
 
     Weight decay is L2 added to the gradient (coupled, as in the paper's baselines) under the
     weight-decay mask, except ``adamw`` (decoupled) and ``lars``/``lamb`` (their own formulas).
     """
-    if name not in OPTIMIZERS:
-        raise ValueError(f"unknown optimizer {name!r}; valid choices: {', '.join(OPTIMIZERS)}")
+    entry = _lookup(OPTIMIZERS, name, "optimizer")
     wd = float(_get(cfg, "weight_decay", 0.0) or 0.0)
     wd_mask, trust_mask = _masks(cfg)
-    momentum = float(_get(cfg, "momentum", 0.9))
-    eps = _get(cfg, "eps", None)
-    if name == "lars":
-        return layerwise.lars(
-            learning_rate, momentum=momentum, weight_decay=wd, eta=float(_get(cfg, "eta", 1e-3)),
-            eps=float(eps or 0.0), nesterov=bool(_get(cfg, "nesterov", False)),
-            weight_decay_mask=wd_mask, trust_ratio_mask=trust_mask,
-        )  # fmt: skip
-    if name == "lamb":
-        return layerwise.lamb(
-            learning_rate, b1=float(_get(cfg, "b1", 0.9)), b2=float(_get(cfg, "b2", 0.999)),
-            eps=float(1e-6 if eps is None else eps), weight_decay=wd,
-            weight_decay_mask=wd_mask, trust_ratio_mask=trust_mask,
-        )  # fmt: skip
-    if name == "adamw":
-        return optax.adamw(
-            learning_rate, b1=float(_get(cfg, "b1", 0.9)), b2=float(_get(cfg, "b2", 0.999)),
-            eps=float(1e-8 if eps is None else eps), weight_decay=wd, mask=wd_mask,
-        )  # fmt: skip
-    if name == "sgd":
-        opt = optax.sgd(learning_rate)
-    elif name in ("momentum", "nesterov"):
-        nesterov = name == "nesterov" or bool(_get(cfg, "nesterov", False))
-        opt = optax.sgd(learning_rate, momentum=momentum, nesterov=nesterov)
-    elif name == "adam":
-        opt = optax.adam(learning_rate, b1=float(_get(cfg, "b1", 0.9)), b2=float(_get(cfg, "b2", 0.999)),
-                         eps=float(1e-8 if eps is None else eps))  # fmt: skip
-    elif name == "adagrad":
-        opt = optax.adagrad(learning_rate, initial_accumulator_value=float(_get(cfg, "initial_accumulator_value", 0.1)),
-                            eps=float(1e-7 if eps is None else eps))  # fmt: skip
-    elif name == "rmsprop":
-        opt = optax.rmsprop(learning_rate, decay=float(_get(cfg, "rms_decay", 0.9)),
-                            eps=float(1e-8 if eps is None else eps), momentum=float(_get(cfg, "rms_momentum", 0.0)) or None)  # fmt: skip
-    else:  # adadelta
-        opt = optax.adadelta(learning_rate, rho=float(_get(cfg, "rho", 0.9)), eps=float(1e-6 if eps is None else eps))
-    if wd:
+    opt = entry.build(learning_rate, _Block(_get(cfg, name), entry.defaults), wd, wd_mask, trust_mask)
+    if wd and not entry.decoupled_decay:
         opt = optax.chain(optax.add_decayed_weights(wd, mask=wd_mask), opt)
     return opt
+
+
+def decay_arguments(sched_cfg) -> tuple[str, dict]:
+    """(decay name, its keyword arguments from the block ``schedule.<decay>``)."""
+    decay = str(_get(sched_cfg, "decay", "constant"))
+    defaults = _lookup(schedules.DECAY_DEFAULTS, decay, "decay")
+    block = _Block(_get(sched_cfg, decay), defaults)
+    return decay, {k: getattr(block, k) for k in defaults}
 
 
 def make_schedule(cfg, *, batch_size: int, steps_per_epoch: int, num_epochs: float) -> tuple[optax.Schedule, OptimPlan]:
@@ -101,10 +171,7 @@ def make_schedule(cfg, *, batch_size: int, steps_per_epoch: int, num_epochs: flo
     scheme = str(_get(cfg, "scheme", "legw"))
     lr_rule, warmup_rule = scaling.scheme_rules(scheme)
     sched_cfg = _get(cfg, "schedule")
-    decay = str(_get(sched_cfg, "decay", "poly"))
-    if decay not in schedules.DECAYS:
-        raise ValueError(f"unknown decay {decay!r}; valid choices: {', '.join(schedules.DECAYS)}")
-    decay_kwargs = {k: _get(sched_cfg, k, v) for k, v in schedules.DECAY_DEFAULTS[decay].items()}
+    decay, decay_kwargs = decay_arguments(sched_cfg)
     base_lr, base_batch = float(cfg.base_lr), int(cfg.base_batch_size)
     base_warmup = float(_get(sched_cfg, "warmup_epochs", 0.0))
     schedule = schedules.scaled_schedule(
@@ -126,16 +193,14 @@ def make_schedule(cfg, *, batch_size: int, steps_per_epoch: int, num_epochs: flo
 def make(cfg, *, batch_size: int, steps_per_epoch: int, num_epochs: float) -> tuple[optax.GradientTransformation, OptimPlan]:
     """Build ``chain([clip_by_global_norm], inject_hyperparams(optimizer)(learning_rate=schedule))``.
 
-    Fields of ``cfg``: ``name`` (one of ``OPTIMIZERS``), ``base_lr``, ``base_batch_size``, ``scheme``
-    (legw | linear | sqrt | none), ``schedule`` (``warmup_epochs`` at the base batch, ``decay`` and the
-    decay's arguments), ``clip_norm`` (0 = off), ``weight_decay``, optimizer hyper-parameters
-    (``momentum``, ``nesterov``, ``b1``, ``b2``, ``eps``, ``eta``, ...), mask rules
-    (``exclude_from_weight_decay``, ``exclude_from_trust_ratio``, ``mask_min_ndim``).
+    Fields of ``cfg``: ``name`` (a key of ``OPTIMIZERS``) and its block ``cfg.<name>``, ``base_lr``,
+    ``base_batch_size``, ``scheme`` (legw | linear | sqrt | none), ``schedule`` (``warmup_epochs`` at the
+    base batch, ``decay`` and its block ``schedule.<decay>``), ``clip_norm`` (0 = off), ``weight_decay``
+    and ``mask`` (``min_ndim``, ``exclude_from_weight_decay``, ``exclude_from_trust_ratio``).
     The current learning rate lives in the optimizer state (see :func:`current_lr`).
     """
     name = str(cfg.name)
-    if name not in OPTIMIZERS:
-        raise ValueError(f"unknown optimizer {name!r}; valid choices: {', '.join(OPTIMIZERS)}")
+    _lookup(OPTIMIZERS, name, "optimizer")
     schedule, plan = make_schedule(cfg, batch_size=batch_size, steps_per_epoch=steps_per_epoch, num_epochs=num_epochs)
     opt = optax.inject_hyperparams(lambda learning_rate: base_optimizer(name, learning_rate, cfg))(
         learning_rate=schedule

@@ -1,22 +1,34 @@
-"""What "trained" means per application: loss as (sum, count, carry) and eval metrics.
+"""What "trained" means per application: loss as (sum, count, carry), eval metrics and the evaluation.
 
-A task has ``init_carry(model, batch_size)`` (state carried between batches, or None),
-``loss(model, batch, carry) -> (sum, count, carry)``, ``eval_metrics(model, batch, carry) ->
-(sums, carry)`` and ``summarize(sums) -> metrics``. A task that generates text also has
-``translate(model, batch, **decode_cfg) -> ids``; the loop scores those with ``dataset.score``.
+See :mod:`lbtrain.tasks.base` for the interface. ``TASKS`` maps a config's ``task`` name to its builder.
 """
 
+from lbtrain.errors import ConfigError
+from lbtrain.tasks.base import MetricEvaluator, SplitResult, Task
 from lbtrain.tasks.classification import ClassificationTask
 from lbtrain.tasks.language_model import LanguageModelTask
-from lbtrain.tasks.translation import TranslationTask
-
-TASKS = {"classification": ClassificationTask, "language_model": LanguageModelTask, "translation": TranslationTask}
+from lbtrain.tasks.translation import DecodingEvaluator, TranslationTask
 
 
-def make(name: str):
-    if name not in TASKS:
-        raise ValueError(f"unknown task {name!r}; valid choices: {', '.join(TASKS)}")
-    return TASKS[name]()
+def _translation(config):
+    d = config.decode
+    return TranslationTask(beam_size=d.beam_size, alpha=d.alpha, max_len=d.max_len)
 
 
-__all__ = ["ClassificationTask", "LanguageModelTask", "TASKS", "TranslationTask", "make"]
+# name -> builder(whole config): a task reads the config blocks it owns (translation: decode)
+TASKS = {
+    "classification": lambda config: ClassificationTask(),
+    "language_model": lambda config: LanguageModelTask(),
+    "translation": _translation,
+}
+
+
+def make(config):
+    """The task ``config.task``, built from the config."""
+    if config.task not in TASKS:
+        raise ConfigError(f"unknown task {config.task!r}; valid choices: {', '.join(TASKS)}")
+    return TASKS[config.task](config)
+
+
+__all__ = ["ClassificationTask", "DecodingEvaluator", "LanguageModelTask", "MetricEvaluator", "SplitResult", "TASKS",
+           "Task", "TranslationTask", "make"]  # fmt: skip

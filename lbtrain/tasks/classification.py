@@ -6,15 +6,14 @@ import jax
 import jax.numpy as jnp
 import optax
 
+from lbtrain.tasks.base import Task
 
-class ClassificationTask:
+
+class ClassificationTask(Task):
     """Batches are ``{"image": ..., "label": int (B,), optional "weight": float (B,)}``. No carried state.
 
     A model with a ``label_smoothing`` attribute ``eps`` trains against ``(1 - eps) onehot + eps / C``;
     the eval loss is always the plain cross-entropy."""
-
-    def init_carry(self, model, batch_size: int):
-        return None
 
     def _sums(self, logits: jax.Array, batch, label_smoothing: float = 0.0) -> tuple[jax.Array, jax.Array, jax.Array]:
         weight = batch.get("weight", jnp.ones(logits.shape[:1], jnp.float32))

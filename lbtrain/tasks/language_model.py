@@ -12,8 +12,10 @@ import math
 
 import jax
 
+from lbtrain.tasks.base import Task
 
-class LanguageModelTask:
+
+class LanguageModelTask(Task):
     def init_carry(self, model, batch_size: int):
         return model.initial_state(batch_size)
 

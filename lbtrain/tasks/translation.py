@@ -2,20 +2,29 @@
 
 Batches are ``{"src", "tgt_in", "tgt_out": int (B, L), optional "weight": float (B,)}`` (see
 :mod:`lbtrain.data.translation`). The training loss may use label smoothing (``model.label_smoothing``);
-the eval loss never does, so eval perplexity is the model's real one. BLEU is computed on the host from
-the ids :meth:`TranslationTask.translate` returns.
+the eval loss never does, so eval perplexity is the model's real one. Each evaluation also decodes every
+eval sentence on device (greedy or beam search) and scores the detokenised output with BLEU and chrF on
+the host (``data.score``).
 """
 
 from __future__ import annotations
 
+import time
+
+import jax
+import numpy as np
+from flax import nnx
+
+from lbtrain import parallel
 from lbtrain.data.subword import BOS, EOS, PAD
 from lbtrain.models.decoding import translate
+from lbtrain.tasks.base import MetricEvaluator, SplitResult, Task
 from lbtrain.tasks.language_model import LanguageModelTask
 
 
-class TranslationTask:
-    def init_carry(self, model, batch_size: int):
-        return None
+class TranslationTask(Task):
+    def __init__(self, beam_size: int = 1, alpha: float = 0.0, max_len: int = 100):
+        self.decode = dict(beam_size=int(beam_size), alpha=float(alpha), max_len=int(max_len))
 
     def loss(self, model, batch, carry):
         """(sum of per-token cross-entropy, number of real target tokens, carry)."""
@@ -29,8 +38,46 @@ class TranslationTask:
 
     summarize = staticmethod(LanguageModelTask.summarize)  # the same sums: per-token loss and perplexity
 
-    @staticmethod
-    def translate(model, batch, *, beam_size: int = 1, alpha: float = 0.0, max_len: int = 100):
+    def translate(self, model, batch):
         """Output ids (B, max_len) for ``batch["src"]``: greedy for beam_size 1, else beam search."""
-        return translate(model, batch["src"], beam_size=beam_size, alpha=alpha, max_len=max_len, bos=BOS, eos=EOS,
-                         pad=PAD)  # fmt: skip
+        return translate(model, batch["src"], bos=BOS, eos=EOS, pad=PAD, **self.decode)
+
+    def evaluator(self, graphdef, data, mesh, eval_batch: int, params, model_state):
+        return DecodingEvaluator(self, graphdef, data, mesh, eval_batch, params, model_state)
+
+
+class DecodingEvaluator(MetricEvaluator):
+    """Per split: the loss and perplexity, then every sentence decoded and scored (BLEU, chrF)."""
+
+    def __init__(self, task: TranslationTask, graphdef, data, mesh, eval_batch, params, model_state):
+        super().__init__(task, graphdef, data, mesh, eval_batch, params, model_state)
+        repl, rows = parallel.replicated(mesh), parallel.batch_sharding(mesh)
+
+        def translate_fn(params, model_state, batch):
+            return task.translate(nnx.merge(graphdef, params, model_state), batch)
+
+        self.translate_step = jax.jit(translate_fn, in_shardings=(repl, repl, rows), out_shardings=rows)
+
+    def generate(self, params, model_state, split: str) -> np.ndarray:
+        """Decoded ids of every row of every global eval batch, in order, on the host."""
+        outs = []
+        for batch in self.batches(split):
+            ids = self.translate_step(params, model_state, batch)
+            if jax.process_count() > 1:
+                from jax.experimental import multihost_utils
+
+                ids = multihost_utils.process_allgather(ids, tiled=True)
+            outs.append(np.asarray(jax.device_get(ids)))
+        return np.concatenate(outs)
+
+    def __call__(self, params, model_state) -> dict[str, SplitResult]:
+        out = {}
+        for split in self.data.eval_splits:
+            metrics = self.split_metrics(params, model_state, split)
+            t0 = time.perf_counter()
+            ids = self.generate(params, model_state, split)
+            scores, samples = self.data.score(split, ids[: len(self.data.evals[split].src)])
+            metrics.update(scores, decode_time_s=time.perf_counter() - t0)
+            lines = [f"  source: {s}\n  reference: {r}\n  output: {o}" for s, r, o in samples]
+            out[split] = SplitResult(metrics, lines)
+        return out

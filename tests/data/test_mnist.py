@@ -5,7 +5,7 @@ from ml_collections import ConfigDict
 
 from lbtrain import data
 from lbtrain.data.mnist import TfdsSource, embedded_mnist
-from lbtrain.errors import DataError
+from lbtrain.errors import ConfigError, DataError
 
 
 def test_embedded_split_is_stratified_fixed_and_disjoint():
@@ -45,7 +45,7 @@ def test_missing_tfds_data_is_one_clear_error(tmp_path):
 
 
 def test_unknown_names():
-    with pytest.raises(DataError, match="valid choices: mnist"):
+    with pytest.raises(ConfigError, match="unknown data.name 'cifar'; valid choices: mnist"):
         data.make(ConfigDict({"name": "cifar", "source": "embedded"}))
     with pytest.raises(DataError, match="valid choices: embedded, tfds"):
         data.make(ConfigDict({"name": "mnist", "source": "kaggle"}))

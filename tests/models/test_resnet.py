@@ -38,8 +38,8 @@ def test_resnet50_v15_has_the_reference_parameter_count_and_layers():
 def test_lars_and_weight_decay_masks_on_the_resnet50_tree():
     cfg = config_lib.load_config(ROOT_CONFIG)
     params = abstract_params(depth=50)
-    wd_mask = optim.param_mask(cfg.optim.mask_min_ndim, tuple(cfg.optim.exclude_from_weight_decay))(params)
-    trust_mask = optim.param_mask(cfg.optim.mask_min_ndim, tuple(cfg.optim.exclude_from_trust_ratio))(params)
+    wd_mask = optim.param_mask(cfg.optim.mask.min_ndim, tuple(cfg.optim.mask.exclude_from_weight_decay))(params)
+    trust_mask = optim.param_mask(cfg.optim.mask.min_ndim, tuple(cfg.optim.mask.exclude_from_trust_ratio))(params)
     for (path, _), wd, tr in zip(jax.tree_util.tree_flatten_with_path(params)[0], jax.tree.leaves(wd_mask),
                                  jax.tree.leaves(trust_mask)):  # fmt: skip
         name = optim.path_str(path)

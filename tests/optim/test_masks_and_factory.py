@@ -66,7 +66,8 @@ def test_every_optimizer_builds_steps_and_reports_its_lr(name):
 
 def test_factory_passes_only_the_chosen_decays_arguments():
     cfg = optim_cfg(scheme="none")
-    cfg.schedule.update(decay="multistep", boundaries=(2, 4), factor=0.5, warmup_epochs=0.0)
+    cfg.schedule.update(decay="multistep", warmup_epochs=0.0)
+    cfg.schedule.multistep.update(boundaries=(2, 4), factor=0.5)
     schedule, plan = optim.make_schedule(cfg, batch_size=32, steps_per_epoch=10, num_epochs=6)
     assert [float(schedule(s)) for s in (0, 19, 20, 40)] == pytest.approx([0.1, 0.1, 0.05, 0.025])
     assert plan.decay == "multistep" and plan.warmup_steps == 0

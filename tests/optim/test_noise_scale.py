@@ -12,7 +12,8 @@ import optax
 import pytest
 from flax import nnx
 
-from lbtrain import optim, train
+from lbtrain import optim
+from lbtrain import step as step_lib
 
 D, N = 6, 4096
 
@@ -64,9 +65,8 @@ def test_train_step_logs_the_noise_scale_of_its_micro_batches(problem):
     params = nnx.to_pure_dict(params)
     tx = optax.inject_hyperparams(optax.sgd)(learning_rate=0.0)  # params stay put: the same G and Sigma each step
     accum, batch = 4, 128
-    step = jax.jit(train.make_train_step(graphdef, tx, QuadraticTask(), accum_steps=accum, noise_scale=True))
-    state = train.TrainState(step=jnp.zeros((), jnp.int32), params=params, opt_state=tx.init(params), model_state={},
-                             carry=None, skipped=jnp.zeros((), jnp.int32), first_bad=jnp.full((3,), -1, jnp.int32))  # fmt: skip
+    step = jax.jit(step_lib.make_train_step(graphdef, tx, QuadraticTask(), accum_steps=accum, noise_scale=True))
+    state = step_lib.initial_state(params, {}, tx, None)
     rng = np.random.default_rng(2)
     avg = optim.NoiseScaleAverager()
     for _ in range(1500):
@@ -75,5 +75,5 @@ def test_train_step_logs_the_noise_scale_of_its_micro_batches(problem):
     assert avg.value == pytest.approx(trace / g_sq, rel=0.1)
     assert avg.trace_sum / avg.count == pytest.approx(trace, rel=0.06)
     # without the flag the step has no noise metrics
-    plain = train.make_train_step(graphdef, tx, QuadraticTask(), accum_steps=accum)
+    plain = step_lib.make_train_step(graphdef, tx, QuadraticTask(), accum_steps=accum)
     assert "noise_scale" not in jax.jit(plain)(state, {"x": x[:batch]})[1]

@@ -1,0 +1,238 @@
+"""The training loop alone: resume, iterate, log, evaluate, checkpoint, preemption, NaN policy.
+
+``train(run, workdir)`` takes a built :class:`lbtrain.setup.Run` and knows nothing of any task: it asks
+``run.evaluate`` for metrics and writes what it gets. Since the data order is a pure function of
+(seed, step), the step in a checkpoint is all a resumed run needs to see exactly the batches it would
+have seen.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import signal
+import threading
+import time
+from typing import Any
+
+import jax
+
+from lbtrain import config_lib, optim, parallel
+from lbtrain.checkpoint import Checkpointer
+from lbtrain.errors import ConfigError, DivergedError, ResumeError
+from lbtrain.metrics import MetricWriter, Progress, format_duration
+
+
+def _save_json(path: str, obj) -> None:
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(obj, f, indent=2, default=str)
+    os.replace(tmp, path)
+
+
+def _check_workdir(workdir: str) -> None:
+    try:
+        os.makedirs(workdir, exist_ok=True)
+        probe = os.path.join(workdir, f".write_test_{os.getpid()}")
+        with open(probe, "w"):
+            pass
+        os.remove(probe)
+    except OSError as e:
+        raise ConfigError(
+            f"workdir {workdir} is not writable ({type(e).__name__}: {e.strerror or e}): choose another --workdir"
+        ) from e
+
+
+def _check_resumable(config, config_path: str, workdir: str) -> None:
+    if not os.path.exists(config_path) or config.resume_policy == "allow_changes":
+        return
+    with open(config_path) as f:
+        saved = json.load(f)
+    conflicts = config_lib.resume_conflicts(saved, json.loads(json.dumps(config.to_dict(), default=str)))
+    if conflicts:
+        raise ResumeError(
+            f"{workdir} holds a checkpoint of a run with another config ({'; '.join(conflicts)}): use a new "
+            "--workdir, or --config.resume_policy=allow_changes to resume with the new values"
+        )
+
+
+def check_finite(state, nan_policy: str, checkpoints) -> None:
+    """Stop on the first non-finite update (nan_policy=stop), naming the step, the metric and the first
+    parameter whose gradient was not finite; nothing from that step on has been checkpointed."""
+    bad_step, leaf, loss_ok = (int(x) for x in jax.device_get(state.first_bad))
+    if bad_step < 0 or nan_policy == "skip":
+        return
+    path = optim.path_str(jax.tree_util.tree_flatten_with_path(state.params)[0][leaf][0])
+    what = f"gradient (first non-finite leaf: {path})" if loss_ok else f"loss (first non-finite gradient leaf: {path})"
+    latest = checkpoints.latest_step()
+    raise DivergedError(
+        f"non-finite {what} at step {bad_step}; the last good checkpoint is "
+        f"{'step ' + str(latest) if latest is not None else 'none'}: lower optim.base_lr, set optim.clip_norm, "
+        "or --config.nan_policy=skip"
+    )
+
+
+class PreemptionWatch:
+    """SIGTERM (and, on multi-host TPU, JAX's preemption sync point) asks the loop to checkpoint and stop
+    after the current step. Installs its handler only in the main thread, and restores the old one."""
+
+    def __init__(self):
+        self.flag, self.previous = False, None
+
+    def __enter__(self):
+        if threading.current_thread() is threading.main_thread():
+            self.previous = signal.signal(signal.SIGTERM, self._handle)
+        return self
+
+    def __exit__(self, *exc):
+        if self.previous is not None:
+            signal.signal(signal.SIGTERM, self.previous)
+
+    def _handle(self, signum, frame):
+        self.flag = True
+
+    def requested(self, step: int) -> bool:
+        if jax.process_count() > 1:  # every host must stop at the same step
+            from jax.experimental import multihost_utils
+
+            try:
+                return multihost_utils.reached_preemption_sync_point(step) or self.flag
+            except RuntimeError:  # no preemption service (not a TPU pod)
+                pass
+        return self.flag
+
+
+class _Session:
+    """One process's pass over a run: the state, the writers, the timers and the eval history."""
+
+    def __init__(self, run, workdir: str):
+        self.run, self.workdir, self.plan = run, workdir, run.plan
+        self.config, self.writer_enabled = run.config, parallel.is_writer()
+        self.checkpoints = Checkpointer(workdir, self.plan.checkpoint_every, run.config.keep_checkpoints)
+        self.state, self.resume_step = run.state, self.checkpoints.latest_step()
+        self.history, self.train_time = [], 0.0
+        self.t_start = time.perf_counter()
+
+    def resume(self) -> None:
+        config_path = os.path.join(self.workdir, "config.json")
+        if self.resume_step is not None:
+            _check_resumable(self.config, config_path, self.workdir)
+            self.state = self.checkpoints.restore(self.state, self.resume_step)
+        if self.writer_enabled:
+            _save_json(config_path, self.config.to_dict())
+            print(self.plan.describe(), flush=True)
+            if hasattr(self.run.data, "summary"):
+                print(self.run.data.summary(), flush=True)
+            if self.resume_step is not None:
+                print(f"resuming from the checkpoint at step {self.resume_step} in {self.checkpoints.directory}",
+                      flush=True)  # fmt: skip
+        self.writer = MetricWriter(self.workdir, enabled=self.writer_enabled, resume_step=self.resume_step)
+        self.progress = Progress(self.plan.total_steps, self.plan.steps_per_epoch, self.plan.items_per_step,
+                                 enabled=self.writer_enabled, unit=self.plan.unit)  # fmt: skip
+
+    def evaluate(self, step: int) -> None:
+        results = self.run.evaluate(self.state.params, self.state.model_state)
+        for split, res in results.items():
+            ev = {**res.metrics, "epoch": step / self.plan.steps_per_epoch, "train_time_s": self.train_time}
+            self.writer.write(step, split, ev)
+            self.history.append({"step": step, "split": split, **ev})
+            if self.writer_enabled:
+                shown = " | ".join(f"{k} {v:.4f}" if isinstance(v, float) else f"{k} {v}"
+                                   for k, v in ev.items() if k not in ("epoch", "step"))  # fmt: skip
+                print(f"{split} @ step {step} (epoch {ev['epoch']:.2f}): {shown}", flush=True)
+                for line in res.samples:
+                    print(line, flush=True)
+
+    def log(self, step: int, metrics) -> None:
+        m = {k: float(v) for k, v in jax.device_get(metrics).items()}
+        m[f"{self.plan.unit}_per_sec"] = self.progress.update(step, m["loss"], m["lr"])
+        m["epoch"] = step / self.plan.steps_per_epoch
+        self.writer.write(step, "train", m)
+
+    def save(self, step: int) -> None:
+        check_finite(self.state, self.config.nan_policy, self.checkpoints)  # never commit a state after a bad update
+        self.checkpoints.save(step, self.state, force=True)
+
+    def close(self) -> None:
+        self.writer.close()
+        self.checkpoints.close()
+
+
+def _iterate(s: _Session, preemption: PreemptionWatch) -> bool:
+    """Train from the state's step to the end; returns False when a preemption stopped it (saved)."""
+    plan, run = s.plan, s.run
+    step, total = int(s.state.step), plan.total_steps
+    s.progress.start(step)
+    t_seg = time.perf_counter()
+    data_iter = run.batches.iterate(step)
+    while step < total:
+        s.state, metrics = run.train_step(s.state, run.global_batch(next(data_iter)))
+        step += 1
+        if preemption.requested(step):
+            s.save(step)
+            return False
+        if step % plan.checkpoint_every == 0 or step == total:
+            s.save(step)
+        if step % plan.log_every == 0 or step == total:
+            check_finite(s.state, s.config.nan_policy, s.checkpoints)
+            s.log(step, metrics)
+        if step % plan.eval_every == 0 or step == total:
+            jax.block_until_ready(s.state)
+            s.train_time += time.perf_counter() - t_seg
+            s.evaluate(step)
+            t_seg = time.perf_counter()
+            s.progress.start(step)
+    return True
+
+
+def train(run, workdir: str) -> dict[str, Any]:
+    """Train ``run`` in ``workdir``; returns the final eval metrics, the plan, timings and the final state.
+
+    Writes ``config.json``, ``metrics.jsonl``, TensorBoard events (``tb/``), ``checkpoints/`` and
+    ``results.json``. A workdir that holds a checkpoint is resumed from it (same config required unless
+    ``resume_policy=allow_changes``).
+    """
+    _check_workdir(workdir)
+    s = _Session(run, workdir)
+    s.resume()
+    with jax.set_mesh(run.mesh), PreemptionWatch() as preemption:
+        finished = _iterate(s, preemption)
+        if finished and (not s.history or s.history[-1]["step"] != s.plan.total_steps):
+            s.evaluate(s.plan.total_steps)  # resumed a finished run: report its final metrics
+    s.close()
+    step, total = int(s.state.step), s.plan.total_steps
+    if not finished:
+        if s.writer_enabled:
+            print(f"preempted at step {step}/{total}: checkpoint saved in {s.checkpoints.directory}; "
+                  "run the same command again to resume", flush=True)  # fmt: skip
+        return {"preempted": True, "step": step, "plan": dataclasses.asdict(s.plan.optim), "state": s.state}
+    return _finish(s)
+
+
+def _finish(s: _Session) -> dict[str, Any]:
+    total = s.plan.total_steps
+    last = {h["split"]: h for h in s.history if h["step"] == total}
+    result = {
+        "final": last.get(s.run.data.eval_splits[0], {}),  # the first eval split (MNIST: test; LM: valid)
+        "final_by_split": last,
+        "history": s.history,
+        "plan": dataclasses.asdict(s.plan.optim),
+        "run_plan": {k: v for k, v in dataclasses.asdict(s.plan).items() if k != "optim"},
+        "train_time_s": s.train_time,
+        "wall_time_s": time.perf_counter() - s.t_start,
+        "devices": s.plan.devices,
+    }
+    if s.writer_enabled:
+        _save_json(os.path.join(s.workdir, "results.json"), result)
+        print(f"done: {total} steps in {format_duration(result['wall_time_s'])}", flush=True)
+    result["state"] = s.state
+    return result
+
+
+def train_and_evaluate(config, workdir: str) -> dict[str, Any]:
+    """``train(build(config, workdir), workdir)``: what the ``lbtrain`` command runs."""
+    from lbtrain import setup
+
+    _check_workdir(workdir)
+    return train(setup.build(config, workdir), workdir)

@@ -1,0 +1,161 @@
+"""``build(config) -> Run``: everything a run derives from its config before the first step, in one place.
+
+The CLI loop, the scripts, the benchmarks and the tests all start here; none of them assembles a mesh,
+a state or a step by itself. A config value travels down only: ``config`` -> this module ->
+``optim.make`` / ``models.make`` / ``data.make`` / ``tasks.make`` -> :mod:`lbtrain.step`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import jax
+import numpy as np
+import optax
+from flax import nnx
+
+from lbtrain import config_lib, models, optim, parallel, step, tasks
+from lbtrain import data as data_lib
+from lbtrain.errors import ConfigError, ShardingError
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    """The derived quantities of a run (printed at start by :meth:`describe`)."""
+
+    platform: str
+    devices: int
+    processes: int
+    global_batch: int
+    per_device_batch: int
+    accum_steps: int  # micro-batches per update (gradient accumulation inside the step)
+    noise_scale: bool  # log the gradient noise scale from the micro-batches
+    eval_batch: int
+    num_train: int  # training rows of the dataset (examples, images, pairs, or tokens for a language model)
+    unit: str  # what the progress line counts
+    items_per_step: int  # units one update processes
+    steps_per_epoch: int
+    total_steps: int
+    log_every: int
+    eval_every: int
+    checkpoint_every: int
+    num_params: int
+    optim: optim.OptimPlan
+
+    def describe(self) -> str:
+        p, micro = self.optim, self.per_device_batch // self.accum_steps
+        noise = " (2 or more: the noise scale compares micro-batch gradients)" if self.noise_scale else ""
+        return "\n".join([
+            f"devices: {self.devices} ({self.platform}) | processes: {self.processes}",
+            f"global batch: {self.global_batch} | per-device batch: {self.per_device_batch} | accumulation steps: "
+            f"{self.accum_steps}{noise} (micro-batch per device: {micro}) | eval batch: {self.eval_batch}",
+            f"train {self.unit}: {self.num_train} | {self.unit} per step: {self.items_per_step} | steps/epoch: "
+            f"{self.steps_per_epoch} | total steps: {self.total_steps}",
+            f"optimizer: {p.optimizer} | scheme: {p.scheme} (lr {p.lr_rule}, warmup {p.warmup_rule}) | "
+            f"batch ratio k: {p.batch_size / p.base_batch_size:g}",
+            f"peak lr: {p.peak_lr:.6g} (base {p.base_lr:g} at batch {p.base_batch_size}) | warmup: "
+            f"{p.warmup_epochs:g} epochs = {p.warmup_steps} steps | decay: {p.decay}",
+            f"parameters: {self.num_params:,}",
+        ])  # fmt: skip
+
+
+@dataclasses.dataclass(frozen=True)
+class Run:
+    """One run, built and ready: ``state`` is the initial state (the loop restores a checkpoint over it)."""
+
+    config: Any
+    mesh: jax.sharding.Mesh
+    data: Any
+    batches: Any  # this process's training batches: steps_per_epoch, batch_at(step), iterate(start)
+    task: tasks.Task
+    train_graphdef: Any  # the model graph in train mode (dropout on) ...
+    eval_graphdef: Any  # ... and in eval mode
+    tx: optax.GradientTransformation
+    plan: Plan
+    state: step.TrainState
+    state_shardings: step.TrainState
+    train_step: Any  # jitted (state, global batch) -> (state, metrics); donates the state
+    evaluate: Any  # (params, model_state) -> {split: tasks.SplitResult}
+
+    def global_batch(self, local_batch: dict) -> dict:
+        """This process's rows -> global arrays split along ``'data'``."""
+        return parallel.to_global(local_batch, self.mesh)
+
+
+def accumulation(config) -> tuple[int, bool]:
+    """(micro-batches per update, log the noise scale): the one place they are derived. The noise scale
+    compares micro-batch gradients with the full one, so it splits the batch in at least two."""
+    accum, noise = int(config.accum_steps), bool(config.noise_scale)
+    return (max(accum, 2) if noise else accum), noise
+
+
+def _check_schedule(config, steps_per_epoch: int, global_batch: int) -> None:
+    """The budget must hold at least one update and a warmup shorter than training (the keys named)."""
+    o = config.optim
+    total = optim.epochs_to_steps(config.num_epochs, steps_per_epoch)
+    if total < 1:
+        raise ConfigError(f"num_epochs={config.num_epochs:g} is {total} updates at {steps_per_epoch} steps per epoch:"
+                          " raise num_epochs")  # fmt: skip
+    _, warmup_rule = optim.scheme_rules(o.scheme)
+    warmup_epochs = optim.scale_warmup_epochs(o.schedule.warmup_epochs, o.base_batch_size, global_batch, warmup_rule)
+    warmup = optim.epochs_to_steps(warmup_epochs, steps_per_epoch)
+    if warmup >= total:
+        raise ConfigError(
+            f"optim.schedule.warmup_epochs={o.schedule.warmup_epochs:g} scales to {warmup_epochs:g} epochs "
+            f"({warmup} steps) at batch {global_batch}, not shorter than num_epochs={config.num_epochs:g} ({total} "
+            "steps): lower optim.schedule.warmup_epochs or raise num_epochs"
+        )
+
+
+def _model(config, data):
+    """(train graph, eval graph, params, model state, the module in train mode)."""
+    model = models.make(config.model, nnx.Rngs(params=config.seed, dropout=config.seed + 1), **data.model_args)
+    model.train()
+    train_graphdef, params, model_state = nnx.split(model, nnx.Param, ...)
+    model.eval()
+    eval_graphdef = nnx.split(model, nnx.Param, ...)[0]
+    model.train()
+    return train_graphdef, eval_graphdef, nnx.to_pure_dict(params), nnx.to_pure_dict(model_state), model
+
+
+def build(config, workdir: str | None = None, *, data=None) -> Run:
+    """Validate ``config`` and build its run on the visible devices. ``workdir`` receives the artefacts a
+    dataset builds (vocabularies); ``data`` replaces the config's dataset (tests and benchmarks)."""
+    config_lib.validate(config)
+    mesh = parallel.make_mesh(config.num_devices)
+    global_batch = int(config.batch_size)
+    per_device = parallel.per_device_batch(global_batch, mesh)
+    eval_batch = int(config.eval_batch_size or global_batch)
+    parallel.per_device_batch(eval_batch, mesh, "eval_batch_size")
+    accum, noise = accumulation(config)
+    if per_device % accum:
+        raise ShardingError(
+            f"batch_size={global_batch} is not divisible by {mesh.size} devices x accum_steps={accum}: use a "
+            f"multiple of {mesh.size * accum}, or another accum_steps"
+        )
+    data = data if data is not None else data_lib.make(config.data, workdir, parallel.is_writer())
+    batches = data.train_batches(global_batch, config.seed, jax.process_index(), jax.process_count())
+    spe = batches.steps_per_epoch
+    _check_schedule(config, spe, global_batch)
+    task = tasks.make(config)
+    train_graphdef, eval_graphdef, params, model_state, model = _model(config, data)
+    tx, oplan = optim.make(config.optim, batch_size=global_batch, steps_per_epoch=spe, num_epochs=config.num_epochs)
+    state = step.initial_state(params, model_state, tx, task.init_carry(model, global_batch))
+    shardings = step.state_shardings(state, mesh)
+    state = jax.device_put(state, shardings)
+    train_step = step.jit_train_step(train_graphdef, tx, task, mesh, state, nan_policy=config.nan_policy,
+                                     accum_steps=accum, noise_scale=noise)  # fmt: skip
+    evaluate = task.evaluator(eval_graphdef, data, mesh, eval_batch, state.params, state.model_state)
+    plan = Plan(
+        platform=jax.devices()[0].platform, devices=mesh.size, processes=jax.process_count(),
+        global_batch=global_batch, per_device_batch=per_device, accum_steps=accum, noise_scale=noise,
+        eval_batch=eval_batch, num_train=data.num_train, unit=data.unit,
+        items_per_step=global_batch * data.items_per_row, steps_per_epoch=spe, total_steps=oplan.total_steps,
+        log_every=max(int(config.log_every_steps), 1),
+        eval_every=max(optim.epochs_to_steps(config.eval_every_epochs, spe), 1),
+        checkpoint_every=max(optim.epochs_to_steps(config.checkpoint_every_epochs, spe), 1),
+        num_params=sum(int(np.prod(x.shape)) for x in jax.tree.leaves(params)), optim=oplan,
+    )  # fmt: skip
+    return Run(config, mesh, data, batches, task, train_graphdef, eval_graphdef, tx, plan, state, shardings,
+               train_step, evaluate)  # fmt: skip

@@ -1,0 +1,147 @@
+"""The train step: a pure function of the model graph, the optimizer and the task.
+
+The model is trained through a functional step: the NNX module is split once into a static graph and
+pure-dict pytrees (params, other model state), and the jitted step merges them back, so there is no
+per-step Python graph traversal. ``jit_train_step`` gives the step with the shardings the loop uses.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import flax
+import jax
+import jax.numpy as jnp
+import optax
+from flax import nnx
+
+from lbtrain import optim, parallel
+
+
+@flax.struct.dataclass
+class TrainState:
+    step: jax.Array
+    params: Any  # pure dict of arrays
+    opt_state: Any
+    model_state: Any  # non-parameter module state (e.g. dropout RNG counters, batch statistics)
+    carry: Any = None  # state carried between batches (LSTM streams in truncated BPTT), sharded like the batch
+    skipped: Any = None  # number of updates skipped for non-finite numbers (nan_policy=skip)
+    first_bad: Any = None  # [step, first non-finite gradient leaf, loss finite] of the first bad update, or -1s
+
+
+def _tree_norm(tree) -> jax.Array:
+    return optax.tree_utils.tree_norm(tree)
+
+
+def make_train_step(graphdef, tx: optax.GradientTransformation, task, nan_policy: str = "stop", accum_steps: int = 1,
+                    noise_scale: bool = False):  # fmt: skip
+    """(state, batch) -> (state, metrics); loss is the mean over the *global* batch.
+
+    With ``accum_steps = k > 1`` the batch is processed as k micro-batches whose gradients are summed
+    inside the step, then one optimizer update is applied (schedules count updates, not micro-batches).
+
+    A non-finite loss or gradient is recorded in ``state.first_bad`` (the loop stops on it); with
+    ``nan_policy="skip"`` that update is not applied (params, optimizer, model and carried state keep
+    their previous values) and ``state.skipped`` counts it.
+
+    With ``noise_scale`` the step also logs the gradient noise scale terms (``noise_grad_sq`` = |G|^2,
+    ``noise_trace`` = tr(Sigma), and their per-step ratio ``noise_scale``) from the micro-batch gradients
+    against the full-batch one (:mod:`lbtrain.optim.noise_scale`); it needs ``accum_steps >= 2``.
+    """
+
+    def loss_sum_fn(params, model_state, batch, carry):
+        model = nnx.merge(graphdef, params, model_state)
+        loss_sum, count, carry = task.loss(model, batch, carry)
+        new_model_state = nnx.to_pure_dict(nnx.split(model, nnx.Param, ...)[2])
+        return loss_sum, (count, new_model_state, jax.lax.stop_gradient(carry))
+
+    grad_fn = jax.value_and_grad(loss_sum_fn, has_aux=True)
+
+    def accumulate(params, model_state, batch, carry):
+        """Sum of the loss and of its gradient over ``accum_steps`` micro-batches (``lax.scan``).
+
+        Micro-batch ``i`` takes rows ``i, i + k, i + 2k, ...``: each device's contiguous share of the
+        batch holds its share of every micro-batch, so the split needs no communication."""
+        if accum_steps == 1:
+            (loss_sum, (count, model_state, carry)), grads = grad_fn(params, model_state, batch, carry)
+            return loss_sum, count, grads, model_state, carry, None
+        split = lambda x: jnp.swapaxes(x.reshape(x.shape[0] // accum_steps, accum_steps, *x.shape[1:]), 0, 1)  # noqa: E731
+        merge = lambda x: jnp.swapaxes(x, 0, 1).reshape(-1, *x.shape[2:])  # noqa: E731
+
+        def body(acc, micro):
+            loss_sum, count, grads, model_state, small_sq = acc
+            mb, mcarry = micro
+            (l, (c, model_state, mcarry)), g = grad_fn(params, model_state, mb, mcarry)
+            if noise_scale:  # |mean gradient of this micro-batch|^2
+                small_sq = small_sq + optim.tree_sq_norm(g) / jnp.maximum(c, 1.0) ** 2
+            return (loss_sum + l, count + c, jax.tree.map(jnp.add, grads, g), model_state, small_sq), mcarry
+
+        zero = jnp.zeros((), jnp.float32)
+        init = (zero, zero, jax.tree.map(jnp.zeros_like, params), model_state, zero)
+        (loss_sum, count, grads, model_state, small_sq), carries = jax.lax.scan(
+            body, init, (jax.tree.map(split, batch), jax.tree.map(split, carry))
+        )
+        return loss_sum, count, grads, model_state, jax.tree.map(merge, carries), small_sq / accum_steps
+
+    def step(state: TrainState, batch):
+        loss_sum, count, grads, model_state, carry, small_sq = accumulate(state.params, state.model_state, batch,
+                                                                          state.carry)  # fmt: skip
+        # the mean over the global batch, taken after every sum: padding and splits never bias it
+        loss = loss_sum / count
+        grads = jax.tree.map(lambda g: g / count, grads)
+        updates, opt_state = tx.update(grads, state.opt_state, state.params)
+        params = optax.apply_updates(state.params, updates)
+        leaf_ok = jnp.stack([jnp.all(jnp.isfinite(g)) for g in jax.tree.leaves(grads)])
+        finite = jnp.isfinite(loss) & jnp.all(leaf_ok)
+        if nan_policy == "skip":
+            keep = lambda new, old: jax.tree.map(lambda a, b: jnp.where(finite, a, b), new, old)  # noqa: E731
+            params, opt_state = keep(params, state.params), keep(opt_state, state.opt_state)
+            model_state, carry = keep(model_state, state.model_state), keep(carry, state.carry)
+        this_bad = jnp.stack([state.step + 1, jnp.argmin(leaf_ok), jnp.isfinite(loss)]).astype(jnp.int32)
+        first_bad = jnp.where((state.first_bad[0] < 0) & ~finite, this_bad, state.first_bad)
+        skipped = state.skipped + (~finite).astype(jnp.int32)
+        metrics = {
+            "loss": loss,
+            "lr": optim.current_lr(opt_state),
+            "grad_norm": _tree_norm(grads),
+            "update_norm": _tree_norm(updates),
+            "param_norm": _tree_norm(params),
+            "skipped_updates": skipped,
+        }
+        if noise_scale and small_sq is not None:
+            grad_sq, trace = optim.noise_scale_terms(small_sq, optim.tree_sq_norm(grads), count / accum_steps, count)
+            metrics.update(noise_grad_sq=grad_sq, noise_trace=trace, noise_scale=trace / grad_sq)
+        ratios = optim.trust_ratios(opt_state)
+        if ratios is not None:
+            r = jnp.stack(jax.tree.leaves(ratios))
+            metrics.update(trust_ratio_min=r.min(), trust_ratio_mean=r.mean(), trust_ratio_max=r.max())
+        new_state = state.replace(step=state.step + 1, params=params, opt_state=opt_state, model_state=model_state,
+                                  carry=carry, skipped=skipped, first_bad=first_bad)  # fmt: skip
+        return new_state, metrics
+
+    return step
+
+
+def state_shardings(state: TrainState, mesh) -> TrainState:
+    """Everything replicated except the carried state, which is split along the batch like the data."""
+    repl = parallel.replicated(mesh)
+    return TrainState(step=repl, params=repl, opt_state=repl, model_state=repl,
+                      carry=jax.tree.map(lambda _: parallel.batch_sharding(mesh), state.carry),
+                      skipped=repl, first_bad=repl)  # fmt: skip
+
+
+def jit_train_step(graphdef, tx: optax.GradientTransformation, task, mesh, state: TrainState, *,
+                   nan_policy: str = "stop", accum_steps: int = 1, noise_scale: bool = False):  # fmt: skip
+    """The train step jitted as the loop runs it: state sharded by ``state_shardings`` (and donated),
+    the batch split along ``'data'``, metrics replicated."""
+    sh = state_shardings(state, mesh)
+    step = make_train_step(graphdef, tx, task, nan_policy, accum_steps, noise_scale)
+    return jax.jit(step, in_shardings=(sh, parallel.batch_sharding(mesh)),
+                   out_shardings=(sh, parallel.replicated(mesh)), donate_argnums=(0,))  # fmt: skip
+
+
+def initial_state(params, model_state, tx: optax.GradientTransformation, carry) -> TrainState:
+    """Step 0: the optimizer's initial state over ``params``, nothing skipped, no bad update seen."""
+    return TrainState(step=jnp.zeros((), jnp.int32), params=params, opt_state=tx.init(params),
+                      model_state=model_state, carry=carry, skipped=jnp.zeros((), jnp.int32),
+                      first_bad=jnp.full((3,), -1, jnp.int32))  # fmt: skip
