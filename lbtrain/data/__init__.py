@@ -14,6 +14,7 @@ import dataclasses
 import numpy as np
 
 from lbtrain.data import images, lm_corpus, mnist, translation
+from lbtrain.data.base import Dataset
 from lbtrain.data.batching import ArraySource, TrainBatches, eval_batches
 from lbtrain.data.streams import StreamBatches, eval_windows
 from lbtrain.data.translation import TranslationData
@@ -21,17 +22,10 @@ from lbtrain.errors import ConfigError, DataError
 
 
 @dataclasses.dataclass
-class ClassificationData:
+class ClassificationData(Dataset):
     train: object
     eval: object
     eval_splits: tuple[str, ...] = ("eval",)
-    unit = "ex"  # what the progress line counts per second
-    items_per_row = 1
-    model_args = property(lambda self: {})
-
-    @property
-    def num_train(self) -> int:
-        return len(self.train)
 
     def train_batches(self, global_batch, seed, process_index=0, process_count=1):
         return TrainBatches(self.train, global_batch, seed, process_index, process_count)
@@ -41,12 +35,11 @@ class ClassificationData:
 
 
 @dataclasses.dataclass
-class LanguageModelData:
+class LanguageModelData(Dataset):
     corpus: lm_corpus.Corpus
     window: int
     eval_splits: tuple[str, ...] = ("valid", "test")
     unit = "tok"
-    model_args = property(lambda self: {})
 
     @property
     def items_per_row(self) -> int:  # tokens per stream per step

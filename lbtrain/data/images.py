@@ -22,6 +22,7 @@ from collections.abc import Callable, Iterator
 
 import numpy as np
 
+from lbtrain.data.base import Dataset
 from lbtrain.data.batching import ArraySource, epoch_order, process_slice, steps_per_epoch
 from lbtrain.data.splits import stratified_split
 from lbtrain.errors import DataError
@@ -208,7 +209,7 @@ class PreprocessedSource:
 
 
 @dataclasses.dataclass
-class ImageData:
+class ImageData(Dataset):
     train: RecordSource
     eval: RecordSource
     train_preprocess: Callable
@@ -216,12 +217,6 @@ class ImageData:
     workers: int = 0
     eval_splits: tuple[str, ...] = ("eval",)
     unit = "img"
-    items_per_row = 1
-    model_args = property(lambda self: {})
-
-    @property
-    def num_train(self) -> int:
-        return len(self.train)
 
     def train_batches(self, global_batch, seed, process_index=0, process_count=1):
         return ImageBatches(self.train, self.train_preprocess, global_batch, seed, process_index, process_count,

@@ -23,6 +23,7 @@ from collections.abc import Iterator
 import numpy as np
 
 from lbtrain.data import parallel_text, subword
+from lbtrain.data.base import Dataset
 from lbtrain.data.batching import epoch_order, eval_indices, process_slice, steps_per_epoch
 from lbtrain.errors import DataError
 
@@ -125,7 +126,7 @@ class EvalSet:
 
 
 @dataclasses.dataclass
-class TranslationData:
+class TranslationData(Dataset):
     train_src: Ragged
     train_tgt: Ragged
     evals: dict[str, EvalSet]
@@ -136,9 +137,6 @@ class TranslationData:
     max_len: int = 50
     num_samples: int = 3
     eval_splits: tuple[str, ...] = ("valid", "test")
-    unit = "ex"
-    items_per_row = 1
-
     @property
     def num_train(self) -> int:
         return len(self.train_src)
