@@ -87,7 +87,8 @@ def add_run_fields(config: ml_collections.ConfigDict) -> ml_collections.ConfigDi
     config.checkpoint_every_epochs = 1.0  # save the whole train state this often (and at the end)
     config.keep_checkpoints = 2
     config.resume_policy = "strict"  # strict: refuse to resume a workdir whose config differs | allow_changes
-    config.nan_policy = "stop"  # stop: a non-finite loss/gradient ends the run | skip: drop that update, count it
+    config.nan_policy = "stop"  # stop: a non-finite loss/gradient/update/parameter ends the run | skip: drop it
+    config.max_consecutive_skips = 20  # nan_policy=skip: this many skipped updates in a row end the run
     config.accum_steps = 1  # micro-batches per update (gradient accumulation inside the step)
     config.noise_scale = False  # log the gradient noise scale (micro-batch vs full-batch gradients; >= 2 micro-batches)
     config.distributed = ml_collections.ConfigDict()  # multi-process; empty = single process (or TPU auto)
@@ -176,6 +177,7 @@ RANGES = (
     ("log_every_steps", 1, None, False, True), ("num_devices", 0, None, False, True),
     ("seed", 0, 2**31 - 1, False, True), ("checkpoint_every_epochs", 0, None, True, False),
     ("keep_checkpoints", 1, None, False, True), ("accum_steps", 1, None, False, True),
+    ("max_consecutive_skips", 1, None, False, True),
     ("optim.base_lr", 0, 1e4, False, False), ("optim.base_batch_size", 0, None, True, True),
     ("optim.clip_norm", 0, None, False, False), ("optim.weight_decay", 0, 1.0, False, False),
     ("optim.schedule.warmup_epochs", 0, None, False, False), ("optim.mask.min_ndim", 0, None, False, True),

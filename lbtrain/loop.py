@@ -19,6 +19,7 @@ from typing import Any
 import jax
 
 from lbtrain import config_lib, optim, parallel
+from lbtrain import step as step_lib
 from lbtrain.checkpoint import Checkpointer
 from lbtrain.errors import ConfigError, DivergedError, ResumeError
 from lbtrain.metrics import MetricWriter, Progress, format_duration
@@ -58,17 +59,26 @@ def _check_resumable(config, config_path: str, workdir: str) -> None:
 
 
 def check_finite(state, nan_policy: str, checkpoints) -> None:
-    """Stop on the first non-finite update (nan_policy=stop), naming the step, the metric and the first
-    parameter whose gradient was not finite; nothing from that step on has been checkpointed."""
-    bad_step, leaf, loss_ok = (int(x) for x in jax.device_get(state.first_bad))
+    """Stop on the first non-finite update (nan_policy=stop), naming the step, what was not finite (loss,
+    gradient, update or new parameter) and the first such parameter; with nan_policy=skip, stop once
+    ``max_consecutive_skips`` updates in a row were skipped. Nothing bad has been checkpointed."""
+    bad_step, kind, leaf = (int(x) for x in jax.device_get(state.first_bad))
+    stalled_at, skipped = int(state.stalled_at), int(state.skipped)
+    latest = checkpoints.latest_step()
+    last_good = f"the last good checkpoint is {'step ' + str(latest) if latest is not None else 'none'}"
+    if nan_policy == "skip" and stalled_at >= 0:
+        raise DivergedError(
+            f"nan_policy=skip skipped every update from step {stalled_at - int(state.streak) + 1} to {stalled_at} "
+            f"({skipped} skipped in all); {last_good}: lower optim.base_lr, set optim.clip_norm, or raise "
+            "max_consecutive_skips"
+        )
     if bad_step < 0 or nan_policy == "skip":
         return
     path = optim.path_str(jax.tree_util.tree_flatten_with_path(state.params)[0][leaf][0])
-    what = f"gradient (first non-finite leaf: {path})" if loss_ok else f"loss (first non-finite gradient leaf: {path})"
-    latest = checkpoints.latest_step()
+    what = step_lib.BAD_KINDS[kind]
+    where = f"first non-finite {'gradient ' if what == 'loss' else ''}leaf: {path}"
     raise DivergedError(
-        f"non-finite {what} at step {bad_step}; the last good checkpoint is "
-        f"{'step ' + str(latest) if latest is not None else 'none'}: lower optim.base_lr, set optim.clip_norm, "
+        f"non-finite {what} ({where}) at step {bad_step}; {last_good}: lower optim.base_lr, set optim.clip_norm, "
         "or --config.nan_policy=skip"
     )
 

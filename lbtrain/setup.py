@@ -145,7 +145,8 @@ def build(config, workdir: str | None = None, *, data=None) -> Run:
     shardings = step.state_shardings(state, mesh)
     state = jax.device_put(state, shardings)
     train_step = step.jit_train_step(train_graphdef, tx, task, mesh, state, nan_policy=config.nan_policy,
-                                     accum_steps=accum, noise_scale=noise)  # fmt: skip
+                                     accum_steps=accum, noise_scale=noise,
+                                     max_consecutive_skips=config.max_consecutive_skips)  # fmt: skip
     evaluate = task.evaluator(eval_graphdef, data, mesh, eval_batch, state.params, state.model_state)
     plan = Plan(
         platform=jax.devices()[0].platform, devices=mesh.size, processes=jax.process_count(),

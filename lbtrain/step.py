@@ -26,23 +26,45 @@ class TrainState:
     model_state: Any  # non-parameter module state (e.g. dropout RNG counters, batch statistics)
     carry: Any = None  # state carried between batches (LSTM streams in truncated BPTT), sharded like the batch
     skipped: Any = None  # number of updates skipped for non-finite numbers (nan_policy=skip)
-    first_bad: Any = None  # [step, first non-finite gradient leaf, loss finite] of the first bad update, or -1s
+    first_bad: Any = None  # [step, what (BAD_KINDS), first non-finite leaf] of the first bad update, or -1s
+    streak: Any = None  # consecutive skipped updates up to now
+    stalled_at: Any = None  # the step at which the streak reached max_consecutive_skips, or -1
+
+
+# What was not finite in a bad update, in the order it is checked (first_bad[1] indexes this).
+BAD_KINDS = ("loss", "gradient", "update", "parameter")
 
 
 def _tree_norm(tree) -> jax.Array:
     return optax.tree_utils.tree_norm(tree)
 
 
+def _leaves_finite(tree) -> jax.Array:
+    return jnp.stack([jnp.all(jnp.isfinite(x)) for x in jax.tree.leaves(tree)])
+
+
+def _judge(loss, grads, updates, params) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """(all finite, index into BAD_KINDS of the first thing that is not, index of its first bad leaf). The
+    loss, the gradient, the update and the new parameters are all judged: an update can overflow from a
+    finite gradient (a huge learning rate)."""
+    trees = [_leaves_finite(grads), _leaves_finite(updates), _leaves_finite(params)]
+    ok = jnp.stack([jnp.isfinite(loss)] + [jnp.all(t) for t in trees])
+    kind = jnp.argmin(ok)  # the first False (0 when all are finite; unused then)
+    leaf = jnp.stack([jnp.argmin(trees[0])] + [jnp.argmin(t) for t in trees])[kind]
+    return jnp.all(ok), kind, leaf
+
+
 def make_train_step(graphdef, tx: optax.GradientTransformation, task, nan_policy: str = "stop", accum_steps: int = 1,
-                    noise_scale: bool = False):  # fmt: skip
+                    noise_scale: bool = False, max_consecutive_skips: int = 0):  # fmt: skip
     """(state, batch) -> (state, metrics); loss is the mean over the *global* batch.
 
     With ``accum_steps = k > 1`` the batch is processed as k micro-batches whose gradients are summed
     inside the step, then one optimizer update is applied (schedules count updates, not micro-batches).
 
-    A non-finite loss or gradient is recorded in ``state.first_bad`` (the loop stops on it); with
-    ``nan_policy="skip"`` that update is not applied (params, optimizer, model and carried state keep
-    their previous values) and ``state.skipped`` counts it.
+    A non-finite loss, gradient, update or new parameter is recorded in ``state.first_bad`` (the loop stops
+    on it); with ``nan_policy="skip"`` that update is not applied (params, optimizer, model and carried state
+    keep their previous values), ``state.skipped`` counts it, and ``state.stalled_at`` records the step at
+    which ``max_consecutive_skips`` updates in a row were skipped (the loop stops on that).
 
     With ``noise_scale`` the step also logs the gradient noise scale terms (``noise_grad_sq`` = |G|^2,
     ``noise_trace`` = tr(Sigma), and their per-step ratio ``noise_scale``) from the micro-batch gradients
@@ -91,15 +113,17 @@ def make_train_step(graphdef, tx: optax.GradientTransformation, task, nan_policy
         grads = jax.tree.map(lambda g: g / count, grads)
         updates, opt_state = tx.update(grads, state.opt_state, state.params)
         params = optax.apply_updates(state.params, updates)
-        leaf_ok = jnp.stack([jnp.all(jnp.isfinite(g)) for g in jax.tree.leaves(grads)])
-        finite = jnp.isfinite(loss) & jnp.all(leaf_ok)
+        finite, kind, leaf = _judge(loss, grads, updates, params)
         if nan_policy == "skip":
             keep = lambda new, old: jax.tree.map(lambda a, b: jnp.where(finite, a, b), new, old)  # noqa: E731
             params, opt_state = keep(params, state.params), keep(opt_state, state.opt_state)
             model_state, carry = keep(model_state, state.model_state), keep(carry, state.carry)
-        this_bad = jnp.stack([state.step + 1, jnp.argmin(leaf_ok), jnp.isfinite(loss)]).astype(jnp.int32)
+        this_bad = jnp.stack([state.step + 1, kind, leaf]).astype(jnp.int32)
         first_bad = jnp.where((state.first_bad[0] < 0) & ~finite, this_bad, state.first_bad)
         skipped = state.skipped + (~finite).astype(jnp.int32)
+        streak = jnp.where(finite, 0, state.streak + 1).astype(jnp.int32)
+        limit = max_consecutive_skips if max_consecutive_skips > 0 else jnp.iinfo(jnp.int32).max
+        stalled_at = jnp.where((state.stalled_at < 0) & (streak >= limit), state.step + 1, state.stalled_at)
         metrics = {
             "loss": loss,
             "lr": optim.current_lr(opt_state),
@@ -116,7 +140,8 @@ def make_train_step(graphdef, tx: optax.GradientTransformation, task, nan_policy
             r = jnp.stack(jax.tree.leaves(ratios))
             metrics.update(trust_ratio_min=r.min(), trust_ratio_mean=r.mean(), trust_ratio_max=r.max())
         new_state = state.replace(step=state.step + 1, params=params, opt_state=opt_state, model_state=model_state,
-                                  carry=carry, skipped=skipped, first_bad=first_bad)  # fmt: skip
+                                  carry=carry, skipped=skipped, first_bad=first_bad, streak=streak,
+                                  stalled_at=stalled_at)  # fmt: skip
         return new_state, metrics
 
     return step
@@ -127,15 +152,16 @@ def state_shardings(state: TrainState, mesh) -> TrainState:
     repl = parallel.replicated(mesh)
     return TrainState(step=repl, params=repl, opt_state=repl, model_state=repl,
                       carry=jax.tree.map(lambda _: parallel.batch_sharding(mesh), state.carry),
-                      skipped=repl, first_bad=repl)  # fmt: skip
+                      skipped=repl, first_bad=repl, streak=repl, stalled_at=repl)  # fmt: skip
 
 
 def jit_train_step(graphdef, tx: optax.GradientTransformation, task, mesh, state: TrainState, *,
-                   nan_policy: str = "stop", accum_steps: int = 1, noise_scale: bool = False):  # fmt: skip
+                   nan_policy: str = "stop", accum_steps: int = 1, noise_scale: bool = False,
+                   max_consecutive_skips: int = 0):  # fmt: skip
     """The train step jitted as the loop runs it: state sharded by ``state_shardings`` (and donated),
     the batch split along ``'data'``, metrics replicated."""
     sh = state_shardings(state, mesh)
-    step = make_train_step(graphdef, tx, task, nan_policy, accum_steps, noise_scale)
+    step = make_train_step(graphdef, tx, task, nan_policy, accum_steps, noise_scale, max_consecutive_skips)
     return jax.jit(step, in_shardings=(sh, parallel.batch_sharding(mesh)),
                    out_shardings=(sh, parallel.replicated(mesh)), donate_argnums=(0,))  # fmt: skip
 
@@ -144,4 +170,5 @@ def initial_state(params, model_state, tx: optax.GradientTransformation, carry) 
     """Step 0: the optimizer's initial state over ``params``, nothing skipped, no bad update seen."""
     return TrainState(step=jnp.zeros((), jnp.int32), params=params, opt_state=tx.init(params),
                       model_state=model_state, carry=carry, skipped=jnp.zeros((), jnp.int32),
-                      first_bad=jnp.full((3,), -1, jnp.int32))  # fmt: skip
+                      first_bad=jnp.full((3,), -1, jnp.int32), streak=jnp.zeros((), jnp.int32),
+                      stalled_at=jnp.full((), -1, jnp.int32))  # fmt: skip
