@@ -484,7 +484,7 @@ class RunLock:
         self.generation = None
 
     def __enter__(self) -> RunLock:
-        return self.acquire()
+        return self if self.generation is not None else self.acquire()
 
     def __exit__(self, *exc) -> None:
         self.release()
