@@ -64,7 +64,9 @@ def make(cfg, workdir: str | None = None):
     if cfg.name not in DATASETS:
         raise DataError(f"unknown dataset {cfg.name!r}; valid choices: {', '.join(DATASETS)}")
     if cfg.name == "lm":
-        return LanguageModelData(lm_corpus.load(cfg, workdir), int(cfg.window))
+        import jax
+
+        return LanguageModelData(lm_corpus.load(cfg, workdir, write=jax.process_index() == 0), int(cfg.window))
     if cfg.name == "images":
         return images.load(cfg)
     if cfg.name == "translation":
