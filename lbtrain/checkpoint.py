@@ -21,7 +21,9 @@ always a good one.
 
 from __future__ import annotations
 
+import errno
 import os
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -32,7 +34,7 @@ import orbax.checkpoint as ocp
 from etils import epath
 
 from lbtrain import rundir
-from lbtrain.errors import DivergedError, ResumeError
+from lbtrain.errors import DivergedError, ResumeError, StorageError
 
 DIGEST_FORMAT = "lbtrain-array-digest-1"
 
@@ -96,6 +98,25 @@ def first_non_finite(tree) -> str | None:
     return next((p for p, ok in zip(_paths(tree), flags) if not bool(ok)), None)
 
 
+# tensorstore reports an I/O failure as a ValueError starting with its absl status code
+_STORE_CODES = ("RESOURCE_EXHAUSTED", "PERMISSION_DENIED", "UNAVAILABLE", "DEADLINE_EXCEEDED", "NOT_FOUND",
+                "UNAUTHENTICATED", "DATA_LOSS", "ABORTED", "INTERNAL")  # fmt: skip
+
+
+def _store_failure(e: BaseException) -> str | None:
+    """A short reason if ``e`` is a tensorstore I/O failure (else ``None``: a bug keeps its traceback)."""
+    text = str(e)
+    code = next((c for c in _STORE_CODES if text.startswith(c + ":")), None)
+    if code is None:
+        return None
+    os_error = re.search(r"os_error_code='(\d+)'", text)
+    if os_error:
+        return rundir.describe_error(OSError(int(os_error.group(1)), os.strerror(int(os_error.group(1)))))
+    if code == "RESOURCE_EXHAUSTED":
+        return rundir.describe_error(OSError(errno.ENOSPC, "no space"))
+    return code.lower().replace("_", " ")
+
+
 def _params(state):
     return getattr(state, "params", state)
 
@@ -113,7 +134,7 @@ class Checkpointer:
         self._finite = finite
         options = ocp.CheckpointManagerOptions(
             save_interval_steps=max(int(every_steps), 1), max_to_keep=keep, create=True,
-            enable_async_checkpointing=False,
+            enable_async_checkpointing=False, cleanup_tmp_directories=True,  # a failed or killed save's leftovers
         )  # fmt: skip
         with rundir.storage_errors(self.directory, "open the checkpoint directory"):
             self.manager = ocp.CheckpointManager(self.directory, options=options, item_names=("state", "digest"))
@@ -145,10 +166,19 @@ class Checkpointer:
             self.manager.delete(step)  # a damaged checkpoint found at restore gives way to the new one
         saveable = _to_saveable(state)
         digest = {"format": DIGEST_FORMAT, "leaves": array_digest(saveable)}
-        with rundir.storage_errors(self.directory, f"save the checkpoint at step {step} in"):
-            saved = self.manager.save(step, args=ocp.args.Composite(state=ocp.args.StandardSave(saveable),
-                                                                    digest=ocp.args.JsonSave(digest)), force=force)  # fmt: skip
-            self.manager.wait_until_finished()
+        try:
+            with rundir.storage_errors(self.directory, f"save the checkpoint at step {step} in"):
+                saved = self.manager.save(step, args=ocp.args.Composite(state=ocp.args.StandardSave(saveable),
+                                                                        digest=ocp.args.JsonSave(digest)), force=force)  # fmt: skip
+                self.manager.wait_until_finished()
+        except ValueError as e:
+            why = _store_failure(e)
+            if why is None:
+                raise
+            latest = self.latest_step()
+            kept = f"the checkpoint at step {latest} is intact" if latest is not None else "no earlier checkpoint"
+            raise StorageError(f"cannot save the checkpoint at step {step} in {self.directory} ({why}): {kept}; free "
+                               "space or fix permissions, then run the same command again to resume") from e  # fmt: skip
         return saved
 
     def _restore_step(self, step: int, abstract):

@@ -15,7 +15,7 @@ import pytest
 from etils import epath
 
 from lbtrain.checkpoint import Checkpointer, NonFiniteStateError
-from lbtrain.errors import DivergedError, ResumeError
+from lbtrain.errors import DivergedError, ResumeError, StorageError
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -121,6 +121,27 @@ def test_non_finite_state_is_never_saved(tmp_path):
     assert "step 30 has non-finite values (first: params['params']['b'])" in str(err.value)
     assert "the last good checkpoint is step 20" in str(err.value)
     assert ckpt.all_steps() == [10, 20] and ckpt.latest_step() == 20
+
+
+def test_full_disk_while_saving_keeps_the_last_checkpoint(tmp_path):
+    from storage_faults import tiny_tmpfs
+
+    with tiny_tmpfs(tmp_path / "small", "600k") as mount:
+        ckpt = Checkpointer(str(mount / "run"), every_steps=10)
+        small = {"params": {"w": jnp.asarray(np.random.default_rng(1).standard_normal((64, 64)), jnp.float32)}}
+        assert ckpt.save(10, small)
+        big = {"params": {"w": jnp.asarray(np.random.default_rng(2).standard_normal((400, 400)), jnp.float32)}}
+        with pytest.raises(StorageError) as err:
+            ckpt.save(20, big)
+        assert str(err.value) == (
+            f"cannot save the checkpoint at step 20 in {mount / 'run' / 'checkpoints'} (no space left on the device): "
+            "the checkpoint at step 10 is intact; free space or fix permissions, then run the same command again to "
+            "resume"
+        )
+        again = Checkpointer(str(mount / "run"), every_steps=10)  # a new run cleans the failed save's leftovers
+        assert again.all_steps() == [10]
+        assert_same(again.restore({"params": {"w": jnp.zeros((64, 64), jnp.float32)}}), small)
+        assert sorted(os.listdir(mount / "run" / "checkpoints")) == ["10"]
 
 
 MULTIHOST = textwrap.dedent("""
