@@ -2,9 +2,8 @@
 
 import dataclasses
 
-import pytest
-
 import gcs_emulator  # tests/ is on sys.path: pytest inserts a rootdir conftest.py's folder
+import pytest
 
 
 @dataclasses.dataclass

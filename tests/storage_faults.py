@@ -20,7 +20,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 def tiny_tmpfs(where, size: str = "64k"):
     where.mkdir(parents=True, exist_ok=True)
     done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(where)], capture_output=True,
-                          text=True)  # fmt: skip
+                          text=True, check=False)  # fmt: skip
     if done.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs here ({done.stderr.strip()}): the full-disk test needs root")
     try:
@@ -45,7 +45,7 @@ def run_without_file_permission_override(code: str, env: dict | None = None) -> 
             if libc.prctl(pr_capbset_drop, cap, 0, 0, 0) != 0:
                 os._exit(97)
 
-    done = subprocess.run([sys.executable, "-c", code], cwd="/", env=dict(os.environ, PYTHONPATH=ROOT, **(env or {})),
+    done = subprocess.run([sys.executable, "-c", code], check=False, cwd="/", env=dict(os.environ, PYTHONPATH=ROOT, **(env or {})),
                           capture_output=True, text=True, preexec_fn=drop, timeout=120)  # fmt: skip
     if done.returncode == 97:
         pytest.skip("cannot drop capabilities here (no CAP_SETPCAP)")

@@ -26,7 +26,7 @@ def state(seed: int):
     r = np.random.default_rng(seed)
     return {
         "params": {"w": jnp.asarray(r.standard_normal((256, 256)), jnp.float32),
-                   "b": jnp.asarray(r.standard_normal(7), jnp.bfloat16)},  # fmt: skip
+                   "b": jnp.asarray(r.standard_normal(7), jnp.bfloat16)},
         "step": jnp.int32(seed),
         "key": jax.random.key(seed),
     }

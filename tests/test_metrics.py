@@ -42,7 +42,7 @@ def killed_writer(workdir, start, stop, ckpt, tag, env=None):
     line = proc.stdout.readline()
     assert line == "ready\n", proc.stderr.read()[-3000:]
     proc.send_signal(signal.SIGKILL)
-    proc.wait(timeout=30)
+    proc.communicate(timeout=30)
 
 
 def tensorboard_scalars(workdir, tmp_path, tag):

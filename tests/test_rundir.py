@@ -107,9 +107,9 @@ def test_probe_unreachable_bucket():
     closed.bind(("127.0.0.1", 0))
     port = closed.getsockname()[1]  # bound, never listening: connections are refused
     env = {"STORAGE_EMULATOR_HOST": f"http://127.0.0.1:{port}", "GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT": "false"}
-    done = subprocess.run([sys.executable, "-c", "from lbtrain import rundir\nfrom lbtrain.errors import StorageError\n"
-                           "try:\n    rundir.check_writable('gs://bucket/run')\nexcept StorageError as e:\n    print(e)"],
-                          cwd=ROOT, env=dict(os.environ, PYTHONPATH=ROOT, **env), capture_output=True, text=True,
+    code = ("from lbtrain import rundir\nfrom lbtrain.errors import StorageError\n"
+            "try:\n    rundir.check_writable('gs://bucket/run')\nexcept StorageError as e:\n    print(e)")
+    done = subprocess.run([sys.executable, "-c", code], check=False, cwd=ROOT, env=dict(os.environ, PYTHONPATH=ROOT, **env), capture_output=True, text=True,
                           timeout=300)  # fmt: skip
     closed.close()
     out = done.stdout.strip()
@@ -120,7 +120,7 @@ def test_probe_unreachable_bucket():
 def test_missing_cloud_extra_says_what_to_install():
     code = ("import sys\nsys.modules['gcsfs'] = None\nfrom lbtrain import rundir\nfrom lbtrain.errors import "
             "StorageError\ntry:\n    rundir.path('gs://bucket/run')\nexcept StorageError as e:\n    print(e)")  # fmt: skip
-    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=dict(os.environ, PYTHONPATH=ROOT),
+    done = subprocess.run([sys.executable, "-c", code], check=False, cwd=ROOT, env=dict(os.environ, PYTHONPATH=ROOT),
                           capture_output=True, text=True, timeout=120)  # fmt: skip
     assert done.stdout.strip() == ("gs://bucket/run is a Cloud Storage path and gcsfs is not installed: "
                                    "pip install 'lbtrain[gcs]'"), done.stderr[-2000:]  # fmt: skip
