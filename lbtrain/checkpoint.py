@@ -1,16 +1,46 @@
 """Checkpoints with Orbax: the whole ``TrainState`` (params, optimizer state, step, model state with its
-RNG counters, carried LSTM state) in ``<workdir>/checkpoints``, atomically committed by Orbax.
+RNG counters, carried LSTM state) in ``<workdir>/checkpoints`` (local or ``gs://``; Orbax writes the
+arrays through tensorstore, every process its own shards into the one shared directory), atomically
+committed by Orbax.
 
 Since the data order is a pure function of (seed, step), the step is the only data position a
 resumed run needs: it recomputes exactly the batches it would have seen.
+
+Verified: Orbax restores an array whose stored bytes have flipped bits without a complaint (no checksum
+on array data), so every checkpoint carries a digest of its arrays (item ``digest``, JSON), computed on
+the devices from the global arrays (so every process of a multi-host run gets the same value, with no
+gather). Per leaf: the wrapping uint32 sums of the array's 32-bit words, plain and weighted by odd
+position weights ``2i + 1``; any single flipped bit changes the weighted sum. :meth:`Checkpointer.restore`
+recomputes it on what it read; a checkpoint that does not match, or that cannot be read at all
+(truncated, partly missing), is reported by step in a warning line and the previous one is used.
+
+A state whose parameters are not all finite is never saved: :meth:`Checkpointer.save` raises
+:class:`NonFiniteStateError` (a :class:`~lbtrain.errors.DivergedError`), so the newest checkpoint is
+always a good one.
 """
 
 from __future__ import annotations
 
+import errno
 import os
+import re
+from collections.abc import Callable
+from typing import Any
 
 import jax
+import jax.numpy as jnp
+import numpy as np
 import orbax.checkpoint as ocp
+from etils import epath
+
+from lbtrain import rundir
+from lbtrain.errors import DivergedError, ResumeError, StorageError
+
+DIGEST_FORMAT = "lbtrain-array-digest-1"
+
+
+class NonFiniteStateError(DivergedError):
+    """The state to checkpoint has NaN or infinite parameters: it is not saved."""
 
 
 def _is_key(x) -> bool:
@@ -27,34 +57,176 @@ def _from_saved(saved, template):
                         saved, template)  # fmt: skip
 
 
-class Checkpointer:
-    """Saves every ``every_steps`` updates (and when forced), keeps the newest ``keep``."""
+def _words(x: jax.Array) -> jax.Array:
+    """The array's bytes as a flat uint32 vector (narrower types widened word by word)."""
+    if x.dtype == jnp.bool_:
+        return x.astype(jnp.uint32).reshape(-1)
+    size = jnp.dtype(x.dtype).itemsize
+    if size == 4 or size == 8:  # 8-byte items become two words each
+        return jax.lax.bitcast_convert_type(x, jnp.uint32).reshape(-1)
+    narrow = {2: jnp.uint16, 1: jnp.uint8}[size]
+    return jax.lax.bitcast_convert_type(x, narrow).astype(jnp.uint32).reshape(-1)
 
-    def __init__(self, workdir: str, every_steps: int, keep: int = 2):
-        self.directory = os.path.abspath(os.path.join(workdir, "checkpoints"))
+
+def _leaf_digest(x: jax.Array) -> jax.Array:
+    w = _words(jnp.asarray(x))
+    weights = 2 * jax.lax.iota(jnp.uint32, w.size) + 1  # odd: w * weight == 0 (mod 2^32) only if w == 0
+    return jnp.stack([jnp.sum(w, dtype=jnp.uint32), jnp.sum(w * weights, dtype=jnp.uint32)])
+
+
+def _leaf_finite(x: jax.Array) -> jax.Array:
+    return jnp.all(jnp.isfinite(x)) if jnp.issubdtype(x.dtype, jnp.inexact) else jnp.bool_(True)
+
+
+_digest_tree = jax.jit(lambda tree: jax.tree.map(_leaf_digest, tree))
+_finite_tree = jax.jit(lambda tree: jax.tree.map(_leaf_finite, tree))
+
+
+def _paths(tree) -> list[str]:
+    return [jax.tree_util.keystr(p) for p, _ in jax.tree_util.tree_flatten_with_path(tree)[0]]
+
+
+def array_digest(tree) -> dict[str, list[int]]:
+    """``{leaf path: [sum, weighted sum]}`` of a pytree of arrays (see the module docstring)."""
+    sums = jax.device_get(jax.tree.leaves(_digest_tree(tree)))
+    return {p: [int(v) for v in np.asarray(s)] for p, s in zip(_paths(tree), sums)}
+
+
+def first_non_finite(tree) -> str | None:
+    """The path of the first leaf of ``tree`` holding a NaN or an infinity, or ``None``."""
+    flags = jax.device_get(jax.tree.leaves(_finite_tree(tree)))
+    return next((p for p, ok in zip(_paths(tree), flags) if not bool(ok)), None)
+
+
+# tensorstore reports an I/O failure as a ValueError starting with its absl status code
+_STORE_CODES = ("RESOURCE_EXHAUSTED", "PERMISSION_DENIED", "UNAVAILABLE", "DEADLINE_EXCEEDED", "NOT_FOUND",
+                "UNAUTHENTICATED", "DATA_LOSS", "ABORTED", "INTERNAL")  # fmt: skip
+
+
+def _store_failure(e: BaseException) -> str | None:
+    """A short reason if ``e`` is a tensorstore I/O failure (else ``None``: a bug keeps its traceback)."""
+    text = str(e)
+    code = next((c for c in _STORE_CODES if text.startswith(c + ":")), None)
+    if code is None:
+        return None
+    os_error = re.search(r"os_error_code='(\d+)'", text)
+    if os_error:
+        return rundir.describe_error(OSError(int(os_error.group(1)), os.strerror(int(os_error.group(1)))))
+    if code == "RESOURCE_EXHAUSTED":
+        return rundir.describe_error(OSError(errno.ENOSPC, "no space"))
+    return code.lower().replace("_", " ")
+
+
+def _params(state):
+    return getattr(state, "params", state)
+
+
+class Checkpointer:
+    """Saves every ``every_steps`` updates (and when forced), keeps the newest ``keep``; restores the
+    newest checkpoint that verifies.
+
+    ``workdir`` may be local or ``gs://``. In a multi-process run every process creates its Checkpointer
+    on the same ``workdir`` and calls ``save`` / ``restore`` together (Orbax coordinates them)."""
+
+    def __init__(self, workdir: str, every_steps: int, keep: int = 2,
+                 finite: Callable[[Any], Any] = _params):  # fmt: skip
+        self.directory = os.fspath(rundir.path(workdir) / "checkpoints")
+        self._finite = finite
         options = ocp.CheckpointManagerOptions(
             save_interval_steps=max(int(every_steps), 1), max_to_keep=keep, create=True,
-            enable_async_checkpointing=False,
+            enable_async_checkpointing=False, cleanup_tmp_directories=True,  # a failed or killed save's leftovers
         )  # fmt: skip
-        self.manager = ocp.CheckpointManager(self.directory, options=options, item_names=("state",))
+        with rundir.storage_errors(self.directory, "open the checkpoint directory"):
+            self.manager = ocp.CheckpointManager(self.directory, options=options, item_names=("state", "digest"))
+        self.restored_step: int | None = None
+        self.damaged: dict[int, str] = {}  # step -> why, found by restore in this process
 
     def latest_step(self) -> int | None:
+        """The newest checkpoint's step (it is verified only when restored: see ``restored_step``)."""
         return self.manager.latest_step()
 
+    def all_steps(self) -> list[int]:
+        return sorted(self.manager.all_steps())
+
     def save(self, step: int, state, force: bool = False) -> bool:
-        saved = self.manager.save(step, args=ocp.args.Composite(state=ocp.args.StandardSave(_to_saveable(state))),
-                                  force=force)  # fmt: skip
-        self.manager.wait_until_finished()
+        """Save ``state`` as step ``step`` if it is a save step (or ``force``); returns whether it saved.
+
+        Raises :class:`NonFiniteStateError` (nothing written) if the parameters are not all finite."""
+        if not force and not self.manager.should_save(step):
+            return False
+        bad = first_non_finite(self._finite(state))
+        if bad is not None:
+            latest = self.latest_step()
+            raise NonFiniteStateError(
+                f"the state at step {step} has non-finite values (first: params{bad}): not checkpointed; the last "
+                f"good checkpoint is {'step ' + str(latest) if latest is not None else 'none'} in {self.directory}: "
+                "lower optim.base_lr or set optim.clip_norm"
+            )
+        if step in self.damaged and step in self.manager.all_steps():
+            self.manager.delete(step)  # a damaged checkpoint found at restore gives way to the new one
+        saveable = _to_saveable(state)
+        digest = {"format": DIGEST_FORMAT, "leaves": array_digest(saveable)}
+        try:
+            with rundir.storage_errors(self.directory, f"save the checkpoint at step {step} in"):
+                saved = self.manager.save(step, args=ocp.args.Composite(state=ocp.args.StandardSave(saveable),
+                                                                        digest=ocp.args.JsonSave(digest)), force=force)  # fmt: skip
+                self.manager.wait_until_finished()
+        except ValueError as e:
+            why = _store_failure(e)
+            if why is None:
+                raise
+            latest = self.latest_step()
+            kept = f"the checkpoint at step {latest} is intact" if latest is not None else "no earlier checkpoint"
+            raise StorageError(f"cannot save the checkpoint at step {step} in {self.directory} ({why}): {kept}; free "
+                               "space or fix permissions, then run the same command again to resume") from e  # fmt: skip
         return saved
 
+    def _restore_step(self, step: int, abstract):
+        """(saved tree, None) or (None, why it is unusable)."""
+        has_digest = (epath.Path(self.directory) / str(step) / "digest").exists()
+        args = {"state": ocp.args.StandardRestore(abstract)}
+        if has_digest:
+            args["digest"] = ocp.args.JsonRestore()
+        try:
+            restored = self.manager.restore(step, args=ocp.args.Composite(**args))
+        except Exception as e:  # a damaged checkpoint fails in Orbax / tensorstore with many types
+            return None, f"unreadable: {rundir.describe_error(e)}"
+        if not has_digest:
+            rundir.warn(f"the checkpoint at step {step} in {self.directory} has no digest: restored unverified")
+            return restored["state"], None
+        expected = restored["digest"].get("leaves", {})
+        actual = array_digest(restored["state"])
+        if set(expected) != set(actual):
+            return None, "its digest lists other arrays than the checkpoint holds"
+        wrong = [p for p in actual if actual[p] != expected[p]]
+        if wrong:
+            return None, f"array data does not match its digest (first: {wrong[0]}; {len(wrong)} arrays)"
+        return restored["state"], None
+
     def restore(self, template, step: int | None = None):
-        """The state saved at ``step`` (default: the latest), placed like ``template``'s arrays."""
-        step = self.latest_step() if step is None else step
+        """The newest verified state at or before ``step`` (default: the latest), placed like ``template``'s
+        arrays. Damaged checkpoints are skipped with a warning line each; ``restored_step`` tells which
+        step was used. Raises :class:`ResumeError` if none verifies."""
+        steps = [s for s in sorted(self.manager.all_steps(), reverse=True) if step is None or s <= step]
+        if not steps:
+            raise ResumeError(f"no checkpoint{'' if step is None else f' at or before step {step}'} in "
+                              f"{self.directory}")  # fmt: skip
         abstract = jax.tree.map(
             lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding), _to_saveable(template)
         )
-        restored = self.manager.restore(step, args=ocp.args.Composite(state=ocp.args.StandardRestore(abstract)))
-        return _from_saved(restored["state"], template)
+        for i, s in enumerate(steps):
+            saved, why = self._restore_step(s, abstract)
+            if saved is not None:
+                self.restored_step = s
+                return _from_saved(saved, template)
+            self.damaged[s] = why
+            nxt = f"trying step {steps[i + 1]}" if i + 1 < len(steps) else "no older checkpoint is left"
+            rundir.warn(f"the checkpoint at step {s} in {self.directory} is damaged ({why}): {nxt}")
+        raise ResumeError(
+            f"no usable checkpoint in {self.directory} (damaged: "
+            + ", ".join(f"step {s}" for s in steps)
+            + "): move that folder aside to start over, or restore it from a copy"
+        )
 
     def close(self) -> None:
         self.manager.close()

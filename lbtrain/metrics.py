@@ -1,13 +1,41 @@
-"""Metric writers (JSONL + TensorBoard event files via tensorboardX) and the progress line."""
+"""Metric writers (JSONL + TensorBoard event files via tensorboardX) and the progress line.
+
+``metrics.jsonl`` holds exactly one row per (step, kind) for the whole run, across any number of kills
+and resumes. Opening the writer for a run that starts at step ``s`` (the restored checkpoint's step, 0
+for a fresh start) rewrites the file without the rows after ``s``: they belong to a process that was
+killed after its last checkpoint, and the resumed run logs those steps again. A row written for a
+(step, kind) that is already there replaces it (the file is then rewritten).
+
+GCS objects cannot be appended to, so on ``gs://`` the writer keeps the run's rows in memory and
+*rewrites* the object on :meth:`MetricWriter.flush` (one upload: atomic, a reader never sees half a
+file); rows are a few hundred bytes and a run logs thousands, so a rewrite costs milliseconds; it
+happens every ``flush_every_s`` and whenever the loop asks. A local file is appended to, line by line
+(every row reaches the OS at once, no quadratic rewrites), after the atomic rewrite at open.
+
+The loop must call :meth:`MetricWriter.flush` *before* it saves a checkpoint: then every row up to a
+checkpoint's step is stored before the checkpoint exists, and a resume never loses one.
+
+TensorBoard: each process writes its own event file, which starts with a purge marker at step s + 1
+(what tensorboardX's ``purge_step`` writes); TensorBoard then discards the events at steps >= s + 1
+from the earlier files of the run, so no row is lost or shown twice. On ``gs://`` the event file is
+written to a local staging folder and uploaded whole at every flush (tensorboardX's own GCS writer needs
+google-cloud-storage, and uploads again from ``__del__``, after the writer is closed).
+"""
 
 from __future__ import annotations
 
 import json
 import math
 import os
+import shutil
 import sys
+import tempfile
 import time
 from typing import Any
+
+from lbtrain import rundir
+
+METRICS_FILE = "metrics.jsonl"
 
 
 def _scalar(v: Any):
@@ -18,42 +46,159 @@ def _scalar(v: Any):
     return f if math.isfinite(f) else repr(f)
 
 
+def _parse_rows(data: bytes, where) -> list[dict]:
+    rows = []
+    for n, line in enumerate(data.decode().splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            rows.append(json.loads(line))
+        except ValueError:  # a torn last line from a writer that predates atomic rewrites
+            rundir.warn(f"{where}: line {n} is not JSON; dropped")
+    return rows
+
+
+def read_metrics(workdir, kind: str | None = None) -> list[dict]:
+    """Every row of the run in ``workdir`` (local or ``gs://``), ordered by step; only ``kind`` if given.
+
+    This is the whole run's history, whichever process wrote each row: what ``results.json`` should
+    be built from."""
+    p = rundir.path(workdir) / METRICS_FILE
+    data = rundir.read_bytes(p)
+    unique = {(int(r["step"]), str(r["kind"])): r for r in (_parse_rows(data, p) if data else [])}  # last wins
+    rows = sorted(unique.values(), key=lambda r: r["step"])
+    return [r for r in rows if kind is None or r.get("kind") == kind]
+
+
 class MetricWriter:
-    """Appends ``{"step": s, "kind": k, ...}`` lines to ``<workdir>/metrics.jsonl`` and writes the
-    same scalars as TensorBoard events under ``<workdir>/tb/<kind>``. ``enabled=False`` (non-writer
-    processes) makes every call a no-op."""
+    """``{"step": s, "kind": k, ...}`` rows in ``<workdir>/metrics.jsonl`` and the same scalars as
+    TensorBoard events under ``<workdir>/tb`` (tags ``<kind>/<name>``). ``enabled=False`` (non-writer
+    processes) makes every call a no-op.
 
-    def __init__(self, workdir: str, enabled: bool = True, resume_step: int | None = None):
+    ``resume_step``: the step the run starts from (the restored checkpoint's; ``None`` = a fresh start
+    at 0): rows after it are dropped (see the module docstring)."""
+
+    def __init__(self, workdir, enabled: bool = True, resume_step: int | None = None, flush_every_s: float = 30.0,
+                 tensorboard: bool = True):  # fmt: skip
         self.enabled = enabled
-        self.path = os.path.join(workdir, "metrics.jsonl")
-        self._tb = None
-        if enabled:
-            os.makedirs(workdir, exist_ok=True)
-            if resume_step is not None and os.path.exists(self.path):
-                # rows logged after the checkpoint we resume from will be logged again: drop them
-                kept = [r for r in read_jsonl(self.path) if r["step"] <= resume_step]
-                tmp = self.path + ".tmp"
-                with open(tmp, "w") as f:
-                    f.writelines(json.dumps(r) + "\n" for r in kept)
-                os.replace(tmp, self.path)
-            from tensorboardX import SummaryWriter
+        self.start_step = int(resume_step or 0)
+        self.flush_every_s = float(flush_every_s)
+        self._tb = self._staging = None
+        if not enabled:
+            return
+        self.workdir = rundir.path(workdir)
+        self.path = self.workdir / METRICS_FILE
+        self.tb_dir = self.workdir / "tb"
+        self._rows: dict[tuple[int, str], dict] = {}
+        for row in read_metrics(self.workdir):
+            if int(row["step"]) <= self.start_step:
+                self._rows[(int(row["step"]), str(row["kind"]))] = row
+        self._dirty = True  # the dropped rows must go from the file even if nothing new is logged
+        self._append = None  # local files: the open handle rows are appended to after each rewrite
+        self._last_flush = time.monotonic()
+        if tensorboard:
+            self._open_events()
+        self.flush()
 
-            self._tb = SummaryWriter(os.path.join(workdir, "tb"))
-            self._file = open(self.path, "a", buffering=1)
+    def _open_events(self) -> None:
+        """A synchronous event file (tensorboardX's ``EventsWriter``: ``flush`` is then a real barrier,
+        unlike ``SummaryWriter``'s queue) that starts with TensorBoard's purge marker: a ``SessionLog.START``
+        at step s + 1 hides the events at steps >= s + 1 of the run's earlier files."""
+        from tensorboardX.event_file_writer import EventsWriter
+        from tensorboardX.proto.event_pb2 import Event, SessionLog
+
+        if rundir.is_cloud(self.workdir):
+            self._staging = tempfile.mkdtemp(prefix="lbtrain-tb-")
+            logdir = self._staging
+        else:
+            with rundir.storage_errors(self.tb_dir, "create"):
+                self.tb_dir.mkdir(parents=True, exist_ok=True)
+            logdir = os.fspath(self.tb_dir)
+        # TensorBoard reads a run's files in name order: names must sort by start time (the prefix has
+        # whole seconds only, and a killed run is often resumed within the same second)
+        suffix = f".{time.time_ns():020d}.{os.getpid()}"
+        with rundir.storage_errors(logdir, "write TensorBoard events to"):
+            self._tb = EventsWriter(os.path.join(logdir, "events"), suffix)
+            self._tb.write_event(Event(wall_time=time.time(), step=self.start_step + 1,
+                                       session_log=SessionLog(status=SessionLog.START)))  # fmt: skip
+            self._tb.flush()
+
+    def has(self, step: int, kind: str) -> bool:
+        """Whether the run already has a row for (step, kind) (e.g. the final eval of a finished run)."""
+        return self.enabled and (int(step), kind) in self._rows
 
     def write(self, step: int, kind: str, values: dict[str, Any]) -> None:
         if not self.enabled:
             return
         row = {"step": int(step), "kind": kind, **{k: _scalar(v) for k, v in values.items()}}
-        self._file.write(json.dumps(row) + "\n")
-        for k, v in row.items():
-            if k not in ("step", "kind") and isinstance(v, float):
-                self._tb.add_scalar(f"{kind}/{k}", v, int(step))
+        replaces = (int(step), kind) in self._rows
+        self._rows[(int(step), kind)] = row
+        if self._append is not None and not replaces:
+            with rundir.storage_errors(self.path, "append to"):
+                self._append.write(json.dumps(row) + "\n")
+        else:
+            self._dirty = True
+        if self._tb is not None:
+            from tensorboardX.proto.event_pb2 import Event
+            from tensorboardX.summary import scalar
+
+            now = time.time()
+            with rundir.storage_errors(self.tb_dir, "write TensorBoard events to"):
+                for k, v in row.items():
+                    if k not in ("step", "kind") and isinstance(v, float):
+                        self._tb.write_event(Event(wall_time=now, step=int(step), summary=scalar(f"{kind}/{k}", v)))
+                if self._staging is None:
+                    self._tb.flush()  # a local event file gets every row at once, like metrics.jsonl
+        if time.monotonic() - self._last_flush >= self.flush_every_s:
+            self.flush()
+
+    def rows(self, kind: str | None = None) -> list[dict]:
+        """The run's rows so far (from every process of the run, not only this one), ordered by step."""
+        if not self.enabled:
+            return []
+        rows = sorted(self._rows.values(), key=lambda r: r["step"])
+        return [r for r in rows if kind is None or r["kind"] == kind]
+
+    def flush(self) -> None:
+        """Store every row written so far (call it before saving a checkpoint)."""
+        if not self.enabled:
+            return
+        if self._dirty:
+            if self._append is not None:
+                self._append.close()
+                self._append = None
+            rundir.write_bytes(self.path, "".join(json.dumps(r) + "\n" for r in self.rows()).encode())
+            self._dirty = False
+            if not rundir.is_cloud(self.path):
+                with rundir.storage_errors(self.path, "open"):
+                    self._append = open(self.path, "a", buffering=1)
+        elif self._append is not None:
+            with rundir.storage_errors(self.path, "write"):
+                self._append.flush()
+                os.fsync(self._append.fileno())
+        if self._tb is not None:
+            with rundir.storage_errors(self.tb_dir, "write TensorBoard events to"):
+                self._tb.flush()
+            if self._staging is not None:
+                for name in sorted(os.listdir(self._staging)):
+                    with open(os.path.join(self._staging, name), "rb") as f:
+                        rundir.write_bytes(self.tb_dir / name, f.read())
+        self._last_flush = time.monotonic()
 
     def close(self) -> None:
-        if self.enabled:
-            self._file.close()
+        if not self.enabled:
+            return
+        self.flush()
+        if self._append is not None:
+            self._append.close()
+            self._append = None
+        if self._tb is not None:
             self._tb.close()
+            self._tb = None
+        if self._staging is not None:
+            shutil.rmtree(self._staging, ignore_errors=True)
+            self._staging = None
+        self.enabled = False
 
 
 def quiet_library_logs() -> None:
@@ -65,9 +210,12 @@ def quiet_library_logs() -> None:
         logging.set_verbosity(logging.WARNING)
 
 
-def read_jsonl(path: str) -> list[dict]:
-    with open(path) as f:
-        return [json.loads(line) for line in f if line.strip()]
+def read_jsonl(path) -> list[dict]:
+    """The rows of a JSONL file (local or ``gs://``)."""
+    data = rundir.read_bytes(path)
+    if data is None:
+        raise FileNotFoundError(path)
+    return _parse_rows(data, path)
 
 
 def format_duration(seconds: float) -> str:

@@ -62,7 +62,7 @@ def _mnist(cfg, workdir, is_writer):
 
 
 def _lm(cfg, workdir, is_writer):
-    return LanguageModelData(lm_corpus.load(cfg, workdir), int(cfg.window))
+    return LanguageModelData(lm_corpus.load(cfg, workdir, write=is_writer), int(cfg.window))
 
 
 def _images(cfg, workdir, is_writer):

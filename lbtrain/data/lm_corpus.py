@@ -9,17 +9,19 @@
   else to train (~90 / 5 / 5 %).
 
 The vocabulary is built on the training split only (``cfg.vocab_size`` words incl. ``<eos>`` and
-``<unk>``) and saved to ``<workdir>/vocab.json``.
+``<unk>``) and saved to ``<workdir>/vocab.json`` (local or ``gs://``) with its provenance (corpus, sha256
+of the training tokens, size) beside it: a vocabulary built from anything else is rebuilt, never reused
+(:func:`lbtrain.rundir.artefact`). ``data.dir`` may be local or ``gs://``.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import os
 import re
 
 import numpy as np
 
+from lbtrain import rundir
 from lbtrain.data.splits import chapter_split
 from lbtrain.data.text import Vocab, tokenize
 from lbtrain.errors import DataError
@@ -37,15 +39,34 @@ class Corpus:
     vocab: Vocab
 
 
+def _read_text(p, name: str) -> list[list[str]]:
+    """The whitespace-split non-empty lines of one PTB file; an empty or non-text file is one line naming it."""
+    data = rundir.read_bytes(p)
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise DataError(f"PTB file {p} is not UTF-8 text (byte 0x{data[e.start]:02x} at offset {e.start}): set "
+                        f"data.dir to a folder holding {PTB_SOURCE}") from None  # fmt: skip
+    if "\x00" in text:
+        raise DataError(f"PTB file {p} is a binary file (NUL byte at offset {text.index(chr(0))}), not text: set "
+                        f"data.dir to a folder holding {PTB_SOURCE}")  # fmt: skip
+    lines = [line.split() for line in text.splitlines() if line.strip()]
+    if not lines:
+        raise DataError(f"PTB file {p} is empty: copy {name} again from {PTB_SOURCE}")
+    return lines
+
+
 def _ptb_lines(directory: str) -> dict[str, list[list[str]]]:
+    root = rundir.path(directory or ".")
     out = {}
     for split, name in PTB_FILES.items():
-        path = os.path.join(directory or ".", name)
-        if not os.path.isfile(path):
+        p = root / name
+        with rundir.storage_errors(p, "read"):
+            found = p.is_file()
+        if not found:
             raise DataError(f"PTB file {name} not found in {directory or '.'!r}: set data.dir to a folder holding "
                             f"{PTB_SOURCE}, or use corpus=kjv")  # fmt: skip
-        with open(path) as f:
-            out[split] = [line.split() for line in f if line.strip()]
+        out[split] = _read_text(p, name)
     return out
 
 
@@ -71,19 +92,23 @@ def kjv_lines() -> dict[str, list[list[str]]]:
     return out
 
 
-def load(cfg, workdir: str | None = None) -> Corpus:
-    """Read the corpus ``cfg.corpus``, build (or reuse) the vocabulary, return the id streams."""
+def load(cfg, workdir: str | None = None, write: bool = True) -> Corpus:
+    """Read the corpus ``cfg.corpus``, build the vocabulary (or reuse the workdir's, if it was built from
+    the same training text and size), return the id streams. Only a ``write`` process saves the vocabulary."""
     if cfg.corpus not in CORPORA:
         raise DataError(f"unknown corpus {cfg.corpus!r}; valid choices: {', '.join(CORPORA)}")
     lines = _ptb_lines(cfg.get("dir", "")) if cfg.corpus == "ptb" else kjv_lines()
-    vocab_path = os.path.join(workdir, "vocab.json") if workdir else None
-    if vocab_path and os.path.isfile(vocab_path):
-        vocab = Vocab.load(vocab_path)  # a resumed run keeps its ids
+    size = int(cfg.vocab_size)
+
+    def build() -> bytes:
+        return Vocab.build(lines["train"], size).to_bytes()
+
+    if workdir:
+        provenance = {"format": "lbtrain-vocab-1", "corpus": cfg.corpus, "vocab_size": size,
+                      "train_tokens_sha256": rundir.text_digest(lines["train"])}  # fmt: skip
+        vocab = Vocab.from_bytes(rundir.artefact(rundir.path(workdir) / "vocab.json", provenance, build, write))
     else:
-        vocab = Vocab.build(lines["train"], int(cfg.vocab_size))
-        if vocab_path:
-            os.makedirs(workdir, exist_ok=True)
-            vocab.save(vocab_path)
+        vocab = Vocab.from_bytes(build())
     streams = {k: vocab.encode(v) for k, v in lines.items()}
     limit = int(cfg.get("max_train_tokens", 0) or 0)
     if limit:

@@ -1,14 +1,18 @@
 """A shared source/target subword vocabulary (sentencepiece BPE) trained on the training split.
 
 Ids: ``0`` pad, ``1`` unk, ``2`` bos, ``3`` eos, then the pieces. Training is single-threaded so the
-same text gives the same model byte for byte; the model is saved as ``<workdir>/spm.model`` and reused
-when the workdir is resumed, so a run never changes its ids.
+same text gives the same model byte for byte; the model is saved as ``<workdir>/spm.model`` (local or
+``gs://``) with its provenance (sha256 of the training text, vocabulary size, corpus) beside it, and
+reused when the workdir is resumed, so a run never changes its ids; a model trained on other text is
+retrained, never reused (:func:`lbtrain.rundir.artefact`).
 """
 
 from __future__ import annotations
 
 import io
-import os
+from typing import Any
+
+from lbtrain import rundir
 
 PAD, UNK, BOS, EOS = 0, 1, 2, 3
 
@@ -32,19 +36,17 @@ def train(sentences: list[str], vocab_size: int, max_sentences: int = 2_000_000)
     return buffer.getvalue()
 
 
-def load_or_train(path: str | None, sentences: list[str], vocab_size: int, write: bool = True):
-    """The processor saved at ``path`` if it exists, else one trained on ``sentences`` (saved to ``path``
-    atomically when ``write``)."""
-    if path and os.path.isfile(path):
-        with open(path, "rb") as f:
-            return _processor(f.read())
-    proto = train(sentences, vocab_size)
-    if path and write:
-        os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-        tmp = f"{path}.tmp{os.getpid()}"
-        with open(tmp, "wb") as f:
-            f.write(proto)
-        os.replace(tmp, path)
+def load_or_train(path: str | None, sentences: list[str], vocab_size: int, write: bool = True,
+                  source: dict[str, Any] | None = None):  # fmt: skip
+    """The processor saved at ``path`` if it was trained on these ``sentences`` with this ``vocab_size``
+    (``source``, e.g. the corpus name, is recorded too), else one trained now (saved to ``path`` with its
+    provenance when ``write``)."""
+    if not path:
+        return _processor(train(sentences, vocab_size))
+    max_sentences = 2_000_000
+    provenance = {"format": "sentencepiece-bpe-1", "vocab_size": int(vocab_size), **(source or {}),
+                  "text_sha256": rundir.text_digest(sentences[:max_sentences])}  # fmt: skip
+    proto = rundir.artefact(path, provenance, lambda: train(sentences, vocab_size, max_sentences), is_writer=write)
     return _processor(proto)
 
 

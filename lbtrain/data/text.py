@@ -52,14 +52,21 @@ class Vocab:
             ids.append(eos)
         return np.asarray(ids, np.int32)
 
+    def to_bytes(self) -> bytes:
+        return json.dumps({"words": self.words}).encode()
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> Vocab:
+        return cls(json.loads(data)["words"])
+
     def save(self, path: str) -> None:
-        with open(path, "w") as f:
-            json.dump({"words": self.words}, f)
+        with open(path, "wb") as f:
+            f.write(self.to_bytes())
 
     @classmethod
     def load(cls, path: str) -> Vocab:
-        with open(path) as f:
-            return cls(json.load(f)["words"])
+        with open(path, "rb") as f:
+            return cls.from_bytes(f.read())
 
 
 def unigram_perplexity(train_ids: np.ndarray, eval_ids: np.ndarray, vocab_size: int) -> float:

@@ -17,11 +17,11 @@ truncated and counted, and BLEU is always computed against the full raw referenc
 from __future__ import annotations
 
 import dataclasses
-import os
 from collections.abc import Iterator
 
 import numpy as np
 
+from lbtrain import rundir
 from lbtrain.data import parallel_text, subword
 from lbtrain.data.base import Dataset
 from lbtrain.data.batching import epoch_order, eval_indices, process_slice, steps_per_epoch
@@ -189,9 +189,10 @@ def load(cfg, workdir: str | None = None, write: bool = True) -> TranslationData
     pairs = parallel_text.load_pairs(cfg)
     if not pairs["train"][0]:
         raise DataError(f"corpus {cfg.corpus!r} has an empty training split: check the data source")
-    spm_path = os.path.join(workdir, "spm.model") if workdir else None
+    spm_path = rundir.path(workdir) / "spm.model" if workdir else None
     train_src_text, train_tgt_text = pairs["train"]
-    processor = subword.load_or_train(spm_path, train_src_text + train_tgt_text, int(cfg.vocab_size), write)
+    processor = subword.load_or_train(spm_path, train_src_text + train_tgt_text, int(cfg.vocab_size), write,
+                                      source={"corpus": cfg.corpus})  # fmt: skip
     max_len, max_eval_len = int(cfg.max_len), int(cfg.get("max_eval_len", 0) or 2 * int(cfg.max_len))
     src, tgt = _encode(processor, train_src_text), _encode(processor, train_tgt_text)
     keep = [i for i in range(len(src)) if 0 < len(src[i]) <= max_len and len(tgt[i]) <= max_len]

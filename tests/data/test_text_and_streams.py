@@ -34,9 +34,59 @@ def test_vocab_built_on_train_only_and_saved(tmp_path):
     assert corpus.valid.tolist() == [v["the"], v["cat"], v["sat"], v[EOS], v["the"], v[UNK], v[UNK], v[EOS]]
     assert len(corpus.train) == 6 + 1 + 3 + 1 + 3 + 1
     assert Vocab.load(str(workdir / "vocab.json")).words == corpus.vocab.words
-    # a second load in the same workdir reuses the saved vocabulary even if the size changes
-    again = lm_corpus.load(ConfigDict({"corpus": "ptb", "dir": str(tmp_path), "vocab_size": 50}), str(workdir))
-    assert again.vocab.words == corpus.vocab.words
+    # a second load in the same workdir reuses the saved vocabulary (same text, same size) ...
+    saved = (workdir / "vocab.json").stat().st_mtime_ns
+    again = lm_corpus.load(ConfigDict({"corpus": "ptb", "dir": str(tmp_path), "vocab_size": 6}), str(workdir))
+    assert again.vocab.words == corpus.vocab.words and (workdir / "vocab.json").stat().st_mtime_ns == saved
+    # ... and rebuilds one made for another size or from another text
+    bigger = lm_corpus.load(ConfigDict({"corpus": "ptb", "dir": str(tmp_path), "vocab_size": 50}), str(workdir))
+    assert len(bigger.vocab) == 10 and Vocab.load(str(workdir / "vocab.json")).words == bigger.vocab.words
+
+
+def test_stale_vocab_from_another_corpus_is_rebuilt(tmp_path, capsys):
+    """A vocab.json left by a run on another corpus (here: a PTB of other text) is not reused."""
+    write_ptb(tmp_path)
+    other = tmp_path / "other"
+    other.mkdir()
+    for split in ("train", "valid", "test"):
+        (other / f"ptb.{split}.txt").write_text("zebra yak zebra\n")
+    workdir = tmp_path / "run"
+    lm_corpus.load(ConfigDict({"corpus": "ptb", "dir": str(other), "vocab_size": 6}), str(workdir))
+    corpus = lm_corpus.load(ConfigDict({"corpus": "ptb", "dir": str(tmp_path), "vocab_size": 6}), str(workdir))
+    assert corpus.vocab.words == [EOS, UNK, "the", "cat", "sat", "a"]
+    assert Vocab.load(str(workdir / "vocab.json")).words == corpus.vocab.words
+    assert f"rebuilding {workdir / 'vocab.json'}: it was built from other data (train_tokens_sha256: " in capsys.readouterr().err
+
+
+def test_empty_ptb_file_names_it(tmp_path):
+    write_ptb(tmp_path)
+    (tmp_path / "ptb.train.txt").write_text("\n\n")
+    with pytest.raises(DataError) as err:
+        lm_corpus.load(ConfigDict({"corpus": "ptb", "dir": str(tmp_path), "vocab_size": 10}))
+    assert str(err.value) == (f"PTB file {tmp_path / 'ptb.train.txt'} is empty: copy ptb.train.txt again from "
+                              f"{lm_corpus.PTB_SOURCE}")  # fmt: skip
+
+
+@pytest.mark.parametrize("content", [b"\x1f\x8b\x08\x00\xff\xfe gzip-like", b"the cat\x00\x00\x01 sat"])
+def test_binary_ptb_file_names_it(tmp_path, content):
+    write_ptb(tmp_path)
+    (tmp_path / "ptb.valid.txt").write_bytes(content)
+    with pytest.raises(DataError) as err:
+        lm_corpus.load(ConfigDict({"corpus": "ptb", "dir": str(tmp_path), "vocab_size": 10}))
+    assert str(err.value).startswith(f"PTB file {tmp_path / 'ptb.valid.txt'} is ")
+    assert "set data.dir to a folder holding the standard PTB distribution" in str(err.value)
+
+
+def test_ptb_and_vocab_on_gcs(gcs, tmp_path):
+    write_ptb(tmp_path)
+    from etils import epath
+
+    data = epath.Path(gcs.root) / "ptb"
+    for f in tmp_path.glob("ptb.*.txt"):
+        (data / f.name).write_text(f.read_text())
+    corpus = lm_corpus.load(ConfigDict({"corpus": "ptb", "dir": str(data), "vocab_size": 6}), f"{gcs.root}/run")
+    assert corpus.vocab.words == [EOS, UNK, "the", "cat", "sat", "a"]
+    assert Vocab.from_bytes((epath.Path(gcs.root) / "run" / "vocab.json").read_bytes()).words == corpus.vocab.words
 
 
 def test_missing_ptb_file_names_it(tmp_path):

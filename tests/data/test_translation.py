@@ -44,10 +44,16 @@ def test_subword_model_round_trips_and_is_reused_from_the_workdir(tmp_path):
         ids = sp.encode(sentence, out_type=int)
         assert all(i > subword.EOS for i in ids)  # pieces never collide with pad/unk/bos/eos ...
         assert subword.decode(sp, ids + [subword.EOS, 7, 8]) == sentence  # ... and decode stops at eos
-    # the same text trains the same model byte for byte; a saved model is reused, not retrained
+    # the same text trains the same model byte for byte; a saved model is reused, not retrained ...
     assert subword.train(text, 120) == open(path, "rb").read()
-    again = subword.load_or_train(path, ["completely different text"] * 10, 50)
-    assert again.get_piece_size() == sp.get_piece_size()
+    saved = os.stat(path).st_mtime_ns
+    assert subword.load_or_train(path, text, 120).get_piece_size() == sp.get_piece_size()
+    assert os.stat(path).st_mtime_ns == saved
+    # ... but one trained on other text is retrained, never reused
+    other = ["completely different text"] * 10
+    again = subword.load_or_train(path, other, 50)
+    assert open(path, "rb").read() == subword.train(other, 50) != subword.train(text, 120)
+    assert again.get_piece_size() != sp.get_piece_size()
 
 
 def test_bucketed_batches_cover_every_pair_once_and_pad_little(tmp_path):

