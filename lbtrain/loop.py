@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import signal
 import threading
 import time
@@ -18,38 +17,17 @@ from typing import Any
 
 import jax
 
-from lbtrain import config_lib, optim, parallel
+from lbtrain import config_lib, optim, parallel, rundir
 from lbtrain import step as step_lib
 from lbtrain.checkpoint import Checkpointer
-from lbtrain.errors import ConfigError, DivergedError, ResumeError
+from lbtrain.errors import DivergedError, ResumeError
 from lbtrain.metrics import MetricWriter, Progress, format_duration
 
 
-def _save_json(path: str, obj) -> None:
-    tmp = path + ".tmp"
-    with open(tmp, "w") as f:
-        json.dump(obj, f, indent=2, default=str)
-    os.replace(tmp, path)
-
-
-def _check_workdir(workdir: str) -> None:
-    try:
-        os.makedirs(workdir, exist_ok=True)
-        probe = os.path.join(workdir, f".write_test_{os.getpid()}")
-        with open(probe, "w"):
-            pass
-        os.remove(probe)
-    except OSError as e:
-        raise ConfigError(
-            f"workdir {workdir} is not writable ({type(e).__name__}: {e.strerror or e}): choose another --workdir"
-        ) from e
-
-
-def _check_resumable(config, config_path: str, workdir: str) -> None:
-    if not os.path.exists(config_path) or config.resume_policy == "allow_changes":
+def _check_resumable(config, workdir: str) -> None:
+    saved = rundir.read_json(rundir.path(workdir) / "config.json")
+    if saved is None or config.resume_policy == "allow_changes":
         return
-    with open(config_path) as f:
-        saved = json.load(f)
     conflicts = config_lib.resume_conflicts(saved, json.loads(json.dumps(config.to_dict(), default=str)))
     if conflicts:
         raise ResumeError(
@@ -116,21 +94,24 @@ class PreemptionWatch:
 class _Session:
     """One process's pass over a run: the state, the writers, the timers and the eval history."""
 
-    def __init__(self, run, workdir: str):
-        self.run, self.workdir, self.plan = run, workdir, run.plan
+    def __init__(self, run, workdir: str, lock):
+        self.run, self.workdir, self.plan, self.lock = run, workdir, run.plan, lock
         self.config, self.writer_enabled = run.config, parallel.is_writer()
         self.checkpoints = Checkpointer(workdir, self.plan.checkpoint_every, run.config.keep_checkpoints)
-        self.state, self.resume_step = run.state, self.checkpoints.latest_step()
+        self.state, self.resume_step = run.state, None
         self.history, self.train_time = [], 0.0
         self.t_start = time.perf_counter()
 
     def resume(self) -> None:
-        config_path = os.path.join(self.workdir, "config.json")
-        if self.resume_step is not None:
-            _check_resumable(self.config, config_path, self.workdir)
-            self.state = self.checkpoints.restore(self.state, self.resume_step)
+        """Restore the newest verified checkpoint (a damaged one falls back to the one before), then open
+        the metric writers from that step: rows logged after it are dropped and logged again."""
+        if self.checkpoints.latest_step() is not None:
+            _check_resumable(self.config, self.workdir)
+            self.state = self.checkpoints.restore(self.state)
+            self.resume_step = self.checkpoints.restored_step
+        config_path = rundir.path(self.workdir) / "config.json"
+        rundir.write_json(config_path, self.config.to_dict(), is_writer=self.writer_enabled)
         if self.writer_enabled:
-            _save_json(config_path, self.config.to_dict())
             print(self.plan.describe(), flush=True)
             if hasattr(self.run.data, "summary"):
                 print(self.run.data.summary(), flush=True)
@@ -141,11 +122,13 @@ class _Session:
         self.progress = Progress(self.plan.total_steps, self.plan.steps_per_epoch, self.plan.items_per_step,
                                  enabled=self.writer_enabled, unit=self.plan.unit)  # fmt: skip
 
-    def evaluate(self, step: int) -> None:
+    def evaluate(self, step: int, again: bool = False) -> None:
+        """Evaluate and log; ``again``: a finished run re-reports its final metrics (rows already logged stay)."""
         results = self.run.evaluate(self.state.params, self.state.model_state)
         for split, res in results.items():
             ev = {**res.metrics, "epoch": step / self.plan.steps_per_epoch, "train_time_s": self.train_time}
-            self.writer.write(step, split, ev)
+            if not (again and self.writer.has(step, split)):
+                self.writer.write(step, split, ev)
             self.history.append({"step": step, "split": split, **ev})
             if self.writer_enabled:
                 shown = " | ".join(f"{k} {v:.4f}" if isinstance(v, float) else f"{k} {v}"
@@ -161,8 +144,11 @@ class _Session:
         self.writer.write(step, "train", m)
 
     def save(self, step: int) -> None:
+        """Metrics first, then the checkpoint: a kill between the two replays rows, never loses them."""
         check_finite(self.state, self.config.nan_policy, self.checkpoints)  # never commit a state after a bad update
+        self.writer.flush()
         self.checkpoints.save(step, self.state, force=True)
+        self.lock.check()  # another run took the workdir over (a stale lock): stop here, nothing lost
 
     def close(self) -> None:
         self.writer.close()
@@ -196,21 +182,27 @@ def _iterate(s: _Session, preemption: PreemptionWatch) -> bool:
     return True
 
 
-def train(run, workdir: str) -> dict[str, Any]:
-    """Train ``run`` in ``workdir``; returns the final eval metrics, the plan, timings and the final state.
+def train(run, workdir: str, lock=None) -> dict[str, Any]:
+    """Train ``run`` in ``workdir`` (local or ``gs://``); returns the final eval metrics, the plan, timings
+    and the final state.
 
     Writes ``config.json``, ``metrics.jsonl``, TensorBoard events (``tb/``), ``checkpoints/`` and
-    ``results.json``. A workdir that holds a checkpoint is resumed from it (same config required unless
-    ``resume_policy=allow_changes``).
+    ``results.json``, holding the workdir lock (``lock``, or one taken here) throughout. A workdir that holds
+    a checkpoint is resumed from it (same config required unless ``resume_policy=allow_changes``).
     """
-    _check_workdir(workdir)
-    s = _Session(run, workdir)
+    if lock is None:
+        rundir.check_writable(workdir)
+        with rundir.lock(workdir, parallel.is_writer()) as lock:
+            return train(run, workdir, lock)
+    s = _Session(run, workdir, lock)
     s.resume()
-    with jax.set_mesh(run.mesh), PreemptionWatch() as preemption:
-        finished = _iterate(s, preemption)
-        if finished and (not s.history or s.history[-1]["step"] != s.plan.total_steps):
-            s.evaluate(s.plan.total_steps)  # resumed a finished run: report its final metrics
-    s.close()
+    try:
+        with jax.set_mesh(run.mesh), PreemptionWatch() as preemption:
+            finished = _iterate(s, preemption)
+            if finished and (not s.history or s.history[-1]["step"] != s.plan.total_steps):
+                s.evaluate(s.plan.total_steps, again=True)  # resumed a finished run: report its final metrics
+    finally:
+        s.close()
     step, total = int(s.state.step), s.plan.total_steps
     if not finished:
         if s.writer_enabled:
@@ -221,20 +213,22 @@ def train(run, workdir: str) -> dict[str, Any]:
 
 
 def _finish(s: _Session) -> dict[str, Any]:
-    total = s.plan.total_steps
-    last = {h["split"]: h for h in s.history if h["step"] == total}
+    total, splits = s.plan.total_steps, s.run.data.eval_splits
+    # the whole run's evaluations, across every kill and resume (this process saw only its own part)
+    history = [{**r, "split": r["kind"]} for r in s.writer.rows() if r["kind"] in splits] or s.history
+    last = {h["split"]: h for h in history if h["step"] == total}
     result = {
-        "final": last.get(s.run.data.eval_splits[0], {}),  # the first eval split (MNIST: test; LM: valid)
+        "final": last.get(splits[0], {}),  # the first eval split (MNIST: test; LM: valid)
         "final_by_split": last,
-        "history": s.history,
+        "history": history,
         "plan": dataclasses.asdict(s.plan.optim),
         "run_plan": {k: v for k, v in dataclasses.asdict(s.plan).items() if k != "optim"},
         "train_time_s": s.train_time,
         "wall_time_s": time.perf_counter() - s.t_start,
         "devices": s.plan.devices,
     }
+    rundir.write_json(rundir.path(s.workdir) / "results.json", result, is_writer=s.writer_enabled)
     if s.writer_enabled:
-        _save_json(os.path.join(s.workdir, "results.json"), result)
         print(f"done: {total} steps in {format_duration(result['wall_time_s'])}", flush=True)
     result["state"] = s.state
     return result
@@ -244,5 +238,6 @@ def train_and_evaluate(config, workdir: str) -> dict[str, Any]:
     """``train(build(config, workdir), workdir)``: what the ``lbtrain`` command runs."""
     from lbtrain import setup
 
-    _check_workdir(workdir)
-    return train(setup.build(config, workdir), workdir)
+    rundir.check_writable(workdir)
+    with rundir.lock(workdir, parallel.is_writer()) as lock:  # before the data writes its vocabulary there
+        return train(setup.build(config, workdir), workdir, lock)

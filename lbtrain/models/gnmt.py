@@ -79,7 +79,8 @@ class GNMT(nnx.Module):
         param_dtype=jnp.float32,
     ):
         if num_layers < 2:
-            raise ConfigError(f"model.num_layers={num_layers}: GNMT needs num_layers >= 2 (a bidirectional layer and one above)")
+            raise ConfigError(f"model.num_layers={num_layers}: GNMT needs num_layers >= 2 (a bidirectional layer and "
+                              "one above)")
         shifted = symmetric_uniform(init_scale, param_dtype)
         h = hidden_size
         lstm = dict(rngs=rngs, unroll=unroll, dtype=dtype, param_dtype=param_dtype, kernel_init=shifted,
