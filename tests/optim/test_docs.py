@@ -16,5 +16,5 @@ def test_the_doc_has_the_three_examples():
 
 @pytest.mark.parametrize("index", range(len(EXAMPLES)), ids=["optax_loop", "nnx_optimizer", "linen_train_state"])
 def test_example_runs(index, capsys):
-    exec(compile(EXAMPLES[index], f"{DOC.name}[example {index}]", "exec"), {"__name__": "__doc_example__"})
+    exec(compile(EXAMPLES[index], f"{DOC.name}[example {index}]", "exec"), {"__name__": "__doc_example__"})  # noqa: S102
     assert "loss" in capsys.readouterr().out  # each example ends by asserting its loss fell
