@@ -22,8 +22,18 @@ from lbtrain.optim.factory import (
     make_schedule,
     trust_ratios,
 )
-from lbtrain.optim.layerwise import TrustRatioState, lamb, lars, scale_by_trust_ratio
-from lbtrain.optim.masks import default_mask, masked_paths, param_mask, path_str, resolve_mask
+from lbtrain.optim.layerwise import TrustRatioState, add_decayed_weights, lamb, lars, safe_norm, scale_by_trust_ratio
+from lbtrain.optim.masks import (
+    ParamMask,
+    StaticMask,
+    default_mask,
+    map_params_with_path,
+    masked_paths,
+    param_mask,
+    path_str,
+    resolve_mask,
+    static_mask,
+)
 from lbtrain.optim.noise_scale import NoiseScaleAverager, noise_scale_terms, tree_sq_norm
 from lbtrain.optim.scaling import LR_RULES, SCHEMES, WARMUP_RULES, scale_lr, scale_warmup_epochs, scheme_rules
 from lbtrain.optim.schedules import (
@@ -37,9 +47,11 @@ from lbtrain.optim.schedules import (
 )
 
 __all__ = [
-    "DECAY_DEFAULTS", "DECAYS", "LR_RULES", "MASK_DEFAULTS", "Optimizer", "decay_arguments", "NoiseScaleAverager", "OPTIMIZERS", "SCHEMES", "WARMUP_RULES", "OptimPlan", "TrustRatioState",
-    "base_optimizer", "current_lr", "default_mask", "epochs_to_steps", "lamb", "lars", "legw_schedule",
-    "make", "make_schedule", "masked_paths", "noise_scale_terms", "param_mask", "path_str", "resolve_mask", "scale_by_trust_ratio",
-    "scale_lr", "scale_warmup_epochs", "scaled_schedule", "scheme_rules", "scheme_schedule", "trust_ratios",
-    "tree_sq_norm", "warmup_decay_schedule",
+    "DECAYS", "DECAY_DEFAULTS", "LR_RULES", "MASK_DEFAULTS", "OPTIMIZERS", "SCHEMES", "WARMUP_RULES",
+    "NoiseScaleAverager", "OptimPlan", "Optimizer", "ParamMask", "StaticMask", "TrustRatioState", "add_decayed_weights",
+    "base_optimizer", "current_lr", "decay_arguments", "default_mask", "epochs_to_steps", "lamb", "lars",
+    "legw_schedule", "make", "make_schedule", "map_params_with_path", "masked_paths", "noise_scale_terms", "param_mask",
+    "path_str", "resolve_mask", "safe_norm", "scale_by_trust_ratio", "scale_lr", "scale_warmup_epochs",
+    "scaled_schedule", "scheme_rules", "scheme_schedule", "static_mask", "tree_sq_norm", "trust_ratios",
+    "warmup_decay_schedule",
 ]  # fmt: skip

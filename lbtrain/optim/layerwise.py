@@ -1,8 +1,15 @@
 """Layer-wise adaptive updates: a trust-ratio transform, LARS and LAMB as optax chains.
 
-One "layer" is one parameter leaf. For the fused LSTM of :mod:`lbtrain.models.lstm` this means the
-input kernel ``(D, 4H)`` and the recurrent kernel ``(H, 4H)`` each get one ratio covering all four
-gates, and the bias is excluded by the default mask (ndim < 2).
+One "layer" is one parameter leaf (one Flax box). For the fused LSTM of :mod:`lbtrain.models.lstm`
+this means the input kernel ``(D, 4H)`` and the recurrent kernel ``(H, 4H)`` each get one ratio
+covering all four gates, and the bias is excluded by the default mask (ndim < 2).
+
+Every transform here takes any pytree optax takes (dicts, lists, tuples, namedtuples, ``None``,
+``optax.MaskedNode``, empty trees, scalar leaves, mixed dtypes) and is safe under ``jit``, ``vmap`` and
+``grad``: norms are computed in ``promote(dtype, float32)`` (float64 stays float64, bfloat16 is
+accumulated in float32), the updates keep their dtype, and the gradient of a norm at zero is 0, not NaN.
+Hyper-parameters (``weight_decay``, ``eta``, ``eps``, ``momentum``, betas, learning rate) may be traced
+values, so ``optax.inject_hyperparams`` can schedule them; masks and ``nesterov`` are static.
 """
 
 from __future__ import annotations
@@ -17,13 +24,39 @@ from lbtrain.optim.masks import Mask, default_mask, resolve_mask
 
 
 class TrustRatioState(NamedTuple):
-    """The ratio applied to each leaf at the last update (1.0 outside the trust-ratio mask)."""
+    """The ratio applied to each leaf at the last update (1.0 outside the trust-ratio mask).
+
+    A pytree with the structure of the params; each leaf is a scalar of dtype
+    ``promote(param dtype, float32)``.
+    """
 
     trust_ratio: Any
 
 
-def _norm(x):
-    return jnp.sqrt(jnp.sum(jnp.square(x.astype(jnp.float32))))
+def _is_static_zero(x) -> bool:
+    """A weight decay known to be 0 when the transform is built (a traced value never is)."""
+    return isinstance(x, (int, float)) and x == 0
+
+
+def _norm_dtype(*xs) -> jnp.dtype:
+    return jnp.promote_types(jnp.result_type(*xs), jnp.float32)
+
+
+def safe_norm(x, dtype=None) -> jax.Array:
+    """Frobenius norm ``sqrt(sum(x**2))`` in ``dtype`` (default ``promote(x.dtype, float32)``) whose
+    gradient at ``x = 0`` is 0 instead of NaN."""
+    dtype = _norm_dtype(x) if dtype is None else dtype
+    sq = jnp.sum(jnp.square(jnp.asarray(x).astype(dtype)))
+    positive = sq > 0
+    return jnp.where(positive, jnp.sqrt(jnp.where(positive, sq, 1)), 0).astype(dtype)
+
+
+def _lars_ratio(w, g, eta, weight_decay, eps, dtype):
+    """``eta |w| / (|g| + wd |w| + eps)`` if both norms are positive, else 1 (finite gradients)."""
+    w_norm, g_norm = safe_norm(w, dtype), safe_norm(g, dtype)
+    ok = (w_norm > 0) & (g_norm > 0)
+    denom = jnp.where(ok, g_norm + weight_decay * w_norm + eps, 1)
+    return jnp.where(ok, eta * w_norm / denom, 1).astype(dtype)
 
 
 def scale_by_trust_ratio(
@@ -44,37 +77,57 @@ def scale_by_trust_ratio(
 
     Norms are Frobenius norms over the whole leaf. With ``weight_decay=0`` this is the plain
     ``eta * |w| / (|g| + eps)`` ratio and composes with ``optax.add_decayed_weights`` placed before it
-    (that is how :func:`lamb` uses it). ``mask`` / ``weight_decay_mask``: pytree of bools or callable
-    ``params -> pytree``; ``None`` selects every leaf. Needs ``params`` in ``update``.
+    (that is how :func:`lamb` uses it). ``mask`` / ``weight_decay_mask``: pytree of bools (or a prefix
+    of the params tree) or callable ``params -> pytree``; ``None`` selects every leaf. Needs ``params``
+    in ``update``. The state records each leaf's ratio (:class:`TrustRatioState`).
     """
 
     def init_fn(params):
-        return TrustRatioState(jax.tree.map(lambda _: jnp.ones((), jnp.float32), params))
+        return TrustRatioState(jax.tree.map(lambda w: jnp.ones((), _norm_dtype(w)), params))
 
     def update_fn(updates, state, params=None):
+        del state
         if params is None:
             raise ValueError("scale_by_trust_ratio needs the current params: call update(updates, state, params)")
         trust = resolve_mask(mask, params)
-        decay = resolve_mask(weight_decay_mask, params) if weight_decay else jax.tree.map(lambda _: False, params)
+        decay = resolve_mask(False if _is_static_zero(weight_decay) else weight_decay_mask, params)
 
-        def leaf(g, w, use_trust, use_decay):
-            wd = weight_decay if use_decay else 0.0
-            u = g + wd * w if wd else g
+        def leaf_ratio(g, w, use_trust, use_decay):
+            dtype = _norm_dtype(w)
             if not use_trust:
-                return u, jnp.ones((), jnp.float32)
-            w_norm, g_norm = _norm(w), _norm(g)
-            ratio = jnp.where(
-                (w_norm > 0) & (g_norm > 0), eta * w_norm / (g_norm + wd * w_norm + eps), 1.0
-            )
-            return (ratio * u).astype(g.dtype), ratio
+                return jnp.ones((), dtype)
+            wd = weight_decay if use_decay else 0.0
+            return _lars_ratio(w, g, eta, wd, eps, _norm_dtype(w, g)).astype(dtype)
 
-        pairs = jax.tree.map(leaf, updates, params, trust, decay)
-        is_pair = lambda x: isinstance(x, tuple)  # noqa: E731
-        new_updates = jax.tree.map(lambda p: p[0], pairs, is_leaf=is_pair)
-        ratios = jax.tree.map(lambda p: p[1], pairs, is_leaf=is_pair)
+        def leaf_update(g, w, ratio, use_decay):
+            u = g + weight_decay * w if use_decay else g
+            return (ratio * u).astype(jnp.result_type(g))
+
+        ratios = jax.tree.map(leaf_ratio, updates, params, trust, decay)
+        new_updates = jax.tree.map(leaf_update, updates, params, ratios, decay)
         return new_updates, TrustRatioState(ratios)
 
     return optax.GradientTransformation(init_fn, update_fn)
+
+
+def add_decayed_weights(weight_decay: float = 0.0, mask: Mask | None = None) -> optax.GradientTransformation:
+    """``u <- g + wd * w`` on the leaves ``mask`` selects (all when ``None``); ``wd`` may be traced.
+
+    Unlike ``optax.add_decayed_weights`` the mask is resolved here, so it stays static under
+    ``optax.inject_hyperparams`` and the updates keep their dtype.
+    """
+
+    def update_fn(updates, state, params=None):
+        if params is None:
+            raise ValueError("add_decayed_weights needs the current params: call update(updates, state, params)")
+        decay = resolve_mask(False if _is_static_zero(weight_decay) else mask, params)
+
+        def leaf(g, w, use):
+            return (g + weight_decay * w).astype(jnp.result_type(g)) if use else g
+
+        return jax.tree.map(leaf, updates, params, decay), state
+
+    return optax.GradientTransformation(optax.init_empty_state, update_fn)
 
 
 def lars(
@@ -95,7 +148,8 @@ def lars(
     (Nesterov: ``w <- w - (momentum * v + lr * ratio * (g + wd * w))``.) Leaves outside
     ``trust_ratio_mask`` use ratio 1; leaves outside ``weight_decay_mask`` use wd 0. The LR sits inside
     the momentum buffer, as in TF. Unlike ``optax.lars``, the denominator is ``|g| + wd|w|``, not
-    ``|g + wd w|``.
+    ``|g + wd w|``. ``learning_rate``, ``momentum``, ``weight_decay``, ``eta`` and ``eps`` can be
+    injected with ``optax.inject_hyperparams``.
     """
     return optax.chain(
         scale_by_trust_ratio(eta, weight_decay, eps, trust_ratio_mask, weight_decay_mask),
@@ -116,14 +170,17 @@ def lamb(
 ) -> optax.GradientTransformation:
     """LAMB (You et al. 2020)::
 
-        u = adam(g) + wd * w          (bias-corrected Adam direction)
-        w <- w - lr * (|w| / |u|) * u  (ratio 1 where a norm is 0 or outside ``trust_ratio_mask``)
+        m <- b1 m + (1 - b1) g        v <- b2 v + (1 - b2) g^2           (t = 1, 2, ...)
+        u  = m / (1 - b1^t) / (sqrt(v / (1 - b2^t) + eps_root) + eps) + wd * w
+        w <- w - lr * (|w| / |u|) * u     (ratio 1 where a norm is 0 or outside ``trust_ratio_mask``)
 
     With separate ``weight_decay_mask`` and ``trust_ratio_mask`` (``optax.lamb`` has one mask).
+    ``learning_rate``, ``b1``, ``b2``, ``eps`` and ``weight_decay`` can be injected with
+    ``optax.inject_hyperparams``.
     """
     return optax.chain(
         optax.scale_by_adam(b1=b1, b2=b2, eps=eps, eps_root=eps_root),
-        optax.add_decayed_weights(weight_decay, mask=weight_decay_mask),
+        add_decayed_weights(weight_decay, mask=weight_decay_mask),
         scale_by_trust_ratio(eta=1.0, mask=trust_ratio_mask),
         optax.scale_by_learning_rate(learning_rate),
     )

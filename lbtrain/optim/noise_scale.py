@@ -21,7 +21,13 @@ import jax.numpy as jnp
 
 
 def tree_sq_norm(tree) -> jax.Array:
-    return sum(jnp.sum(jnp.square(x.astype(jnp.float32))) for x in jax.tree.leaves(tree))
+    """``sum over leaves of sum(x**2)``, each leaf accumulated in ``promote(dtype, float32)`` (so bfloat16
+    sums in float32 and float64 stays float64); 0 for a tree without leaves."""
+    total = jnp.zeros((), jnp.float32)
+    for x in jax.tree.leaves(tree):
+        x = jnp.asarray(x)
+        total = total + jnp.sum(jnp.square(x.astype(jnp.promote_types(x.dtype, jnp.float32))))
+    return total
 
 
 def noise_scale_terms(small_sq_norm, big_sq_norm, small_batch, big_batch) -> tuple[jax.Array, jax.Array]:

@@ -8,11 +8,15 @@ With a base batch ``B0`` and a new batch ``B = k * B0``:
   ``none`` -> ``0`` (no warmup).
 
 A *scheme* is a named pair of rules; the paper's method and its baselines are ``SCHEMES``.
+The scaled warmup ``W0 * k`` is computed exactly (``0.1 * 3`` is ``0.3``, not ``0.30000000000000004``)
+so that turning it into update counts does not gain a step from float noise.
 """
 
 from __future__ import annotations
 
 import math
+import numbers
+from fractions import Fraction
 
 LR_RULES = ("linear", "sqrt", "none")
 WARMUP_RULES = ("linear_epoch", "const_epoch", "none")
@@ -24,6 +28,19 @@ SCHEMES: dict[str, tuple[str, str]] = {
     "sqrt": ("sqrt", "none"),  # Sqrt Scaling without warmup
     "none": ("none", "const_epoch"),  # the base recipe unchanged
 }
+
+
+def exact(x, what: str = "value") -> Fraction:
+    """``x`` as an exact fraction: integers and fractions as they are, floats as the shortest decimal
+    that prints as them (``0.1`` is 1/10)."""
+    if isinstance(x, bool) or not isinstance(x, numbers.Real):
+        raise TypeError(f"{what} must be a real number, got {x!r}")
+    if isinstance(x, numbers.Rational):
+        return Fraction(x)
+    f = float(x)
+    if not math.isfinite(f):
+        raise ValueError(f"{what} must be finite, got {x!r}")
+    return Fraction(repr(f))
 
 
 def _check_choice(kind: str, value: str, choices) -> None:
@@ -52,15 +69,13 @@ def scale_lr(base_lr: float, base_batch_size: int, batch_size: int, rule: str) -
     return base_lr
 
 
-def scale_warmup_epochs(
-    base_warmup_epochs: float, base_batch_size: int, batch_size: int, rule: str
-) -> float:
+def scale_warmup_epochs(base_warmup_epochs: float, base_batch_size: int, batch_size: int, rule: str) -> float:
     """Warmup length in epochs for ``batch_size``: ``W0 * k`` (linear_epoch), ``W0`` (const_epoch)
     or ``0`` (none), with ``k = batch_size / base_batch_size``."""
     _check_choice("warmup scaling rule", rule, WARMUP_RULES)
-    k = batch_ratio(base_batch_size, batch_size)
-    if rule == "linear_epoch":
-        return base_warmup_epochs * k
+    batch_ratio(base_batch_size, batch_size)  # validates both sizes
+    if rule == "linear_epoch":  # exact W0 * B / B0, then the nearest float
+        return float(exact(base_warmup_epochs, "base_warmup_epochs") * int(batch_size) / int(base_batch_size))
     if rule == "const_epoch":
         return float(base_warmup_epochs)
     return 0.0

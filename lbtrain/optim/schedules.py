@@ -1,24 +1,42 @@
 """Epoch-denominated learning-rate schedules, returned as ``optax.Schedule`` over *update* steps.
 
-Every schedule has the same shape: a linear warmup from 0 at step 0 to ``peak`` at step
-``W = round(warmup_epochs * steps_per_epoch)``, then a decay over the remaining
-``D = T - W`` steps, ``T = round(num_epochs * steps_per_epoch)``. With ``t = step - W`` (post-warmup
-steps) and ``e = step / steps_per_epoch`` (epochs since the start of training):
+Semantics (computed from integer update counts, never from float epochs)
+-----------------------------------------------------------------------
+``s`` is the number of updates already applied (optax's ``count``: the first update uses ``lr(0)``);
+update ``s`` happens at epoch ``s / S`` with ``S = steps_per_epoch`` (which may be fractional).
 
-* ``constant``:     ``peak``
-* ``poly``:         ``end + (peak - end) * (1 - min(t, D) / D) ** power``
-* ``exponential``:  ``peak * rate ** max(0, e - s)`` (``floor`` of the exponent when ``staircase``)
-  with ``s = max(start_epoch, end of warmup)``: decay never starts inside the warmup, so a recipe's
-  "decay after epoch 4" stays continuous when a scaled warmup grows past it
-* ``multistep``:    ``peak * factor ** #{b in boundaries : e >= b}`` (boundaries in epochs)
-* ``cosine``:       ``end + (peak - end) * (1 + cos(pi * min(t, D) / D)) / 2``
+* **Epochs to updates**: a point or duration of ``e`` epochs is ``steps(e) = ceil(e * S)`` updates, the
+  first update at or past epoch ``e``. ``e`` and ``S`` are read as the decimal numbers they print as
+  (``0.1`` is exactly 1/10, so ``0.1 * 30`` is 3, not 4) and the product is exact.
+* **Warmup**: ``W = steps(warmup_epochs)`` updates, ``lr(s) = peak * s / W`` for ``0 <= s < W``
+  (``lr(0) = 0``). The update at ``s = W`` uses the peak: every decay below has ``lr(W) = peak``.
+* **Training** ends after ``T = steps(num_epochs)`` updates (``W < T`` is required). **Past the end** the
+  schedule holds its value at ``T``: ``lr(s) = lr(T)`` for ``s >= T``.
+* **Decays**, for ``W <= s <= T``, with ``D = T - W``:
 
-Schedules count optimizer updates, never micro-batches.
+  - ``constant``:     ``peak``
+  - ``poly``:         ``end + (peak - end) * (1 - (s - W) / D) ** power``
+  - ``cosine``:       ``end + (peak - end) * (1 + cos(pi * (s - W) / D)) / 2``
+  - ``exponential``:  ``peak * rate ** (max(0, s - s0) / S)`` with ``s0 = steps(e0)``,
+    ``e0 = max(start_epoch, warmup_epochs)`` (``start_epoch=None`` means the end of warmup): the decay
+    never starts inside the warmup, so a recipe's "decay after epoch 4" stays continuous when a scaled
+    warmup grows past it. ``staircase=True``: ``peak * rate ** n`` with ``n`` the number of epochs
+    ``e0 + 1, e0 + 2, ...`` whose boundary (below) has been reached.
+  - ``multistep``:    ``peak * factor ** n``, ``n`` the number of boundaries (in epochs) reached. A
+    boundary ``b`` is reached at update ``steps(b)``, but never inside the warmup nor on its peak
+    update: with ``W > 0`` it takes effect at ``max(steps(b), W + 1)``.
+
+A scalar step and an array of steps give the same values (the schedule is elementwise). Values are in
+JAX's default float dtype. Schedules count optimizer updates, never micro-batches.
 """
 
 from __future__ import annotations
 
+import math
+from fractions import Fraction
+
 import jax.numpy as jnp
+import numpy as np
 import optax
 
 from lbtrain.optim import scaling
@@ -36,55 +54,61 @@ DECAY_DEFAULTS: dict[str, dict] = {
 
 
 def epochs_to_steps(epochs: float, steps_per_epoch: float) -> int:
-    """The single place where a duration in epochs becomes a count of update steps."""
-    return int(round(epochs * steps_per_epoch))
+    """The single place where epochs become update counts: ``ceil(epochs * steps_per_epoch)``, exact.
+
+    The first update at or past epoch ``epochs``; both numbers are read as the decimals they print as.
+    """
+    return math.ceil(scaling.exact(epochs, "epochs") * scaling.exact(steps_per_epoch, "steps_per_epoch"))
 
 
-def _decay_fn(decay: str, peak: float, warmup_steps: int, total_steps: int, steps_per_epoch: float, kw):
-    span = max(total_steps - warmup_steps, 1)
+def _float(x):
+    return jnp.asarray(x, jnp.result_type(float))
+
+
+def _count_reached(s, boundaries: np.ndarray):
+    """How many of the integer ``boundaries`` each step in ``s`` has reached (elementwise)."""
+    if boundaries.size == 0:
+        return jnp.zeros(jnp.shape(s), jnp.int32)
+    return jnp.sum(s[..., None] >= jnp.asarray(boundaries), axis=-1)
+
+
+def _boundary_steps(epochs, steps_per_epoch: Fraction, warmup_steps: int) -> np.ndarray:
+    steps = [math.ceil(scaling.exact(b, "boundary") * steps_per_epoch) for b in epochs]
+    if warmup_steps > 0:
+        steps = [max(b, warmup_steps + 1) for b in steps]
+    return np.asarray(sorted(steps), np.int64)
+
+
+def _decay_fn(decay: str, peak: float, warmup_epochs, warmup_steps: int, total_steps: int, spe: Fraction, kw):
+    """``s -> lr`` for ``W <= s <= T`` (``s`` an integer array already clamped to ``T``)."""
+    span = total_steps - warmup_steps
     if decay == "constant":
-        return lambda t: jnp.full((), peak, jnp.float32)
-    if decay == "poly":
-        power, end = float(kw["power"]), float(kw["end_value"])
-
-        def poly(t):
-            frac = 1.0 - jnp.minimum(t, span) / span
-            return end + (peak - end) * frac**power
-
-        return poly
-    if decay == "cosine":
+        return lambda s: jnp.full(jnp.shape(s), peak, jnp.result_type(float))
+    if decay in ("poly", "cosine"):
         end = float(kw["end_value"])
+        power = float(kw.get("power", 1.0))
 
-        def cosine(t):
-            frac = jnp.minimum(t, span) / span
-            return end + (peak - end) * 0.5 * (1.0 + jnp.cos(jnp.pi * frac))
+        def poly_or_cosine(s):
+            left = _float(total_steps - s) * (1.0 / span)  # share of the decay still ahead: 1 at W, exactly 0 at T
+            shape = left**power if decay == "poly" else 0.5 * (1.0 - jnp.cos(jnp.pi * left))
+            return end + (peak - end) * shape
 
-        return cosine
+        return poly_or_cosine
     if decay == "exponential":
         rate = float(kw["rate"])
-        start = kw["start_epoch"]
-        warmup_end = warmup_steps / steps_per_epoch
-        start = warmup_end if start is None else max(float(start), warmup_end)
-        staircase = bool(kw["staircase"])
-
-        def exponential(t):
-            epoch = (t + warmup_steps) / steps_per_epoch
-            exponent = jnp.maximum(epoch - start, 0.0)
-            if staircase:
-                exponent = jnp.floor(exponent)
-            return peak * rate**exponent
-
-        return exponential
+        start = scaling.exact(warmup_epochs if kw["start_epoch"] is None else kw["start_epoch"], "start_epoch")
+        start = max(start, scaling.exact(warmup_epochs))
+        start_step = math.ceil(start * spe)
+        if kw["staircase"]:
+            last = math.floor(Fraction(total_steps) / spe - start) + 1  # the epochs past it are never reached
+            drops = _boundary_steps([start + m for m in range(1, max(last, 0) + 1)], spe, warmup_steps)
+            return lambda s: peak * jnp.power(rate, _float(_count_reached(s, drops)))
+        per_step = 1.0 / float(spe)
+        return lambda s: peak * jnp.power(rate, _float(jnp.maximum(s - start_step, 0)) * per_step)
     # multistep
-    boundaries = jnp.asarray(sorted(float(b) for b in kw["boundaries"]), jnp.float32)
+    boundaries = _boundary_steps(kw["boundaries"], spe, warmup_steps)
     factor = float(kw["factor"])
-
-    def multistep(t):
-        epoch = (t + warmup_steps) / steps_per_epoch
-        passed = jnp.sum(epoch >= boundaries) if boundaries.size else 0
-        return peak * factor**passed
-
-    return multistep
+    return lambda s: peak * jnp.power(factor, _float(_count_reached(s, boundaries)))
 
 
 def _resolve_decay_kwargs(decay: str, decay_kwargs: dict) -> dict:
@@ -94,8 +118,7 @@ def _resolve_decay_kwargs(decay: str, decay_kwargs: dict) -> dict:
     unknown = sorted(set(decay_kwargs) - set(allowed))
     if unknown:
         raise ValueError(
-            f"decay {decay!r} takes no argument(s) {', '.join(unknown)}; "
-            f"valid: {', '.join(allowed) or 'none'}"
+            f"decay {decay!r} takes no argument(s) {', '.join(unknown)}; valid: {', '.join(allowed) or 'none'}"
         )
     return {**allowed, **decay_kwargs}
 
@@ -110,12 +133,13 @@ def warmup_decay_schedule(
 ) -> optax.Schedule:
     """Linear warmup 0 -> ``peak_lr`` over ``warmup_epochs``, then ``decay`` until ``num_epochs``.
 
-    See the module docstring for the formula of each decay. Raises ``ValueError`` when the warmup is
-    not shorter than training (then the decay could never run).
+    See the module docstring for the exact semantics and the formula of each decay. Raises
+    ``ValueError`` when the warmup is not shorter than training (then the decay could never run).
     """
-    if steps_per_epoch <= 0:
+    spe = scaling.exact(steps_per_epoch, "steps_per_epoch")
+    if spe <= 0:
         raise ValueError(f"steps_per_epoch must be positive, got {steps_per_epoch}")
-    if warmup_epochs < 0 or num_epochs <= 0:
+    if scaling.exact(warmup_epochs, "warmup_epochs") < 0 or scaling.exact(num_epochs, "num_epochs") <= 0:
         raise ValueError(f"need warmup_epochs >= 0 and num_epochs > 0, got {warmup_epochs}, {num_epochs}")
     kw = _resolve_decay_kwargs(decay, decay_kwargs)
     warmup_steps = epochs_to_steps(warmup_epochs, steps_per_epoch)
@@ -125,14 +149,18 @@ def warmup_decay_schedule(
             f"warmup of {warmup_epochs:g} epochs ({warmup_steps} steps) is not shorter than training "
             f"({num_epochs:g} epochs, {total_steps} steps): lower the warmup or raise num_epochs"
         )
-    decay_fn = _decay_fn(decay, float(peak_lr), warmup_steps, total_steps, steps_per_epoch, kw)
-    if warmup_steps == 0:
-        return lambda step: decay_fn(jnp.asarray(step, jnp.float32))
+    peak = float(peak_lr)
+    decay_fn = _decay_fn(decay, peak, warmup_epochs, warmup_steps, total_steps, spe, kw)
 
     def schedule(step):
-        step = jnp.asarray(step, jnp.float32)
-        warm = peak_lr * step / warmup_steps
-        return jnp.where(step < warmup_steps, warm, decay_fn(step - warmup_steps))
+        s = jnp.minimum(jnp.asarray(step), total_steps)
+        if not jnp.issubdtype(s.dtype, jnp.integer):
+            s = jnp.floor(s).astype(jnp.int32)  # a float count is the number of whole updates done
+        value = decay_fn(s)
+        if warmup_steps == 0:
+            return value
+        # one multiplication by a constant: the same rounding whether or not XLA fuses the expression
+        return jnp.where(s < warmup_steps, _float(s) * (peak / warmup_steps), value)
 
     return schedule
 
@@ -178,12 +206,13 @@ def legw_schedule(
     With ``k = batch_size / base_batch_size``::
 
         peak   = base_lr * sqrt(k)
-        W      = base_warmup_epochs * k                       (epochs)
-        lr(s)  = peak * s / (W * steps_per_epoch)             for s < W * steps_per_epoch
-        lr(s)  = decay(s) from peak                           afterwards, until num_epochs
+        W      = ceil(base_warmup_epochs * k * steps_per_epoch)    (updates)
+        lr(s)  = peak * s / W                                      for s < W
+        lr(s)  = decay(s) from peak                                afterwards, until num_epochs
 
-    Since ``steps_per_epoch = N / batch_size``, the warmup lasts ``base_warmup_epochs * N /
-    base_batch_size`` updates: the same number at every batch size.
+    Since ``steps_per_epoch = N / batch_size``, the warmup lasts ``ceil(base_warmup_epochs * N /
+    base_batch_size)`` updates: the same number at every batch size (when ``steps_per_epoch`` is
+    given as the exact ``N / batch_size``).
     """
     return scheme_schedule(
         "legw",
@@ -200,9 +229,10 @@ def legw_schedule(
 
 __all__ = [
     "DECAYS",
+    "DECAY_DEFAULTS",
     "epochs_to_steps",
-    "warmup_decay_schedule",
+    "legw_schedule",
     "scaled_schedule",
     "scheme_schedule",
-    "legw_schedule",
+    "warmup_decay_schedule",
 ]

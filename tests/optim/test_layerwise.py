@@ -1,98 +1,111 @@
-"""LARS / LAMB / trust-ratio updates against NumPy references written here."""
+"""LARS / LAMB / trust-ratio updates against float64 references written independently (numpy_reference.py)."""
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
+from numpy_reference import lamb_step, tf_lars_step
 
 from lbtrain.optim import lamb, lars, param_mask, scale_by_trust_ratio
 
+STEPS = 100
 
-def toy_params():
+
+def _raw_params():
     rng = np.random.default_rng(0)
     return {
-        "dense": {"kernel": rng.normal(size=(4, 3)).astype(np.float32), "bias": rng.normal(size=3).astype(np.float32)},
-        "zero_kernel": np.zeros((2, 2), np.float32),  # |w| = 0 -> ratio 1
-        "frozen": rng.normal(size=(3, 2)).astype(np.float32),  # gets a zero gradient -> ratio 1
-        "bn": {"scale": np.ones(3, np.float32)},
+        "dense": {"kernel": rng.normal(size=(4, 3)), "bias": rng.normal(size=3)},
+        "conv": rng.normal(size=(2, 2, 3, 2)) * 0.1,
+        "zero_kernel": np.zeros((2, 2)),
+        "frozen": rng.normal(size=(3, 2)),
+        "bn": {"scale": np.ones(3)},
     }
 
 
-def toy_grads(step):
+def toy_params(dtype):
+    return jax.tree.map(lambda x: np.asarray(x, dtype), _raw_params())
+
+
+def toy_grads(step, dtype=np.float64):
     rng = np.random.default_rng(100 + step)
-    g = jax.tree.map(lambda p: rng.normal(size=p.shape).astype(np.float32), toy_params())
+    g = jax.tree.map(lambda p: rng.normal(size=p.shape) * (1 + 0.1 * step), _raw_params())
     g["frozen"] = np.zeros_like(g["frozen"])
-    return g
+    return jax.tree.map(lambda x: np.asarray(x, dtype), g)
 
 
 def flat(tree):
-    return dict(
-        ("/".join(str(getattr(k, "key", k)) for k in path), np.asarray(v))
+    return {
+        "/".join(str(getattr(k, "key", k)) for k in path): np.asarray(v)
         for path, v in jax.tree_util.tree_flatten_with_path(tree)[0]
-    )
+    }
 
 
-def np_trust(w, g, eta, wd, eps):
-    wn, gn = np.linalg.norm(w), np.linalg.norm(g)
-    return eta * wn / (gn + wd * wn + eps) if wn > 0 and gn > 0 else 1.0
+def lr_at(t):
+    return 0.5 * (t % 7 + 1) / 4  # a changing learning rate, to pin where the LR enters momentum
 
 
-def run_optax(tx, steps):
-    params = jax.tree.map(jnp.asarray, toy_params())
+def run_optax(tx, steps, dtype):
+    params = jax.tree.map(jnp.asarray, toy_params(dtype))
     state = tx.init(params)
+    update = jax.jit(tx.update)
     for t in range(steps):
-        updates, state = tx.update(jax.tree.map(jnp.asarray, toy_grads(t)), state, params)
+        updates, state = update(jax.tree.map(jnp.asarray, toy_grads(t, dtype)), state, params)
         params = optax.apply_updates(params, updates)
     return flat(params), state
 
 
-def lr_at(t):
-    return 0.5 * (t + 1) / 4  # a changing learning rate, to pin where the LR enters momentum
-
-
-@pytest.mark.parametrize("nesterov", [False, True])
-def test_lars_matches_tf_lars_reference(nesterov):
-    eta, wd, mom, eps, steps = 1e-3, 1e-2, 0.9, 0.0, 4
-    tx = lars(lr_at, momentum=mom, weight_decay=wd, eta=eta, eps=eps, nesterov=nesterov)
-    got, state = run_optax(tx, steps)
-
-    # NumPy reference of TF's LARSOptimizer; default masks: ndim >= 2 gets decay and trust ratio.
-    w = flat(toy_params())
+def lars_reference(steps, *, nesterov, eta, wd, mom, eps):
+    w = flat(_raw_params())
     v = {k: np.zeros_like(x) for k, x in w.items()}
+    ratios = {}
     for t in range(steps):
         g = flat(toy_grads(t))
         for k in w:
-            layer = w[k].ndim >= 2
-            if layer:
-                scaled_lr = lr_at(t) * np_trust(w[k], g[k], eta, wd, eps)
-                grad = g[k] + wd * w[k]
-            else:
-                scaled_lr, grad = lr_at(t), g[k]
-            v[k] = mom * v[k] + scaled_lr * grad
-            step = mom * v[k] + scaled_lr * grad if nesterov else v[k]
-            w[k] = w[k] - step
-    for k in w:
-        np.testing.assert_allclose(got[k], w[k], rtol=2e-5, atol=1e-7, err_msg=k)
-
-    ratios = flat(state[0].trust_ratio)
-    assert ratios["frozen"] == 1.0  # zero gradient
-    assert ratios["dense/bias"] == 1.0 and ratios["bn/scale"] == 1.0  # outside the mask
-    assert ratios["dense/kernel"] < 0.01
-    _, first = run_optax(tx, 1)
-    assert flat(first[0].trust_ratio)["zero_kernel"] == 1.0  # zero weights (before its first update)
+            w[k], v[k], ratios[k] = tf_lars_step(
+                w[k], v[k], g[k], lr_at(t), momentum=mom, wd=wd, eta=eta, eps=eps, nesterov=nesterov,
+                adapt=w[k].ndim >= 2,  # the default masks: ndim >= 2 gets decay and the trust ratio
+            )  # fmt: skip
+    return w, ratios
 
 
-def test_lars_differs_from_optax_lars_denominator():
-    """optax.lars divides by |g + wd w|; the paper/TF by |g| + wd |w|."""
+@pytest.mark.parametrize("nesterov", [False, True])
+def test_lars_matches_tf_lars_for_100_steps_in_float64(nesterov):
+    hp = {"eta": 2e-3, "wd": 1e-2, "mom": 0.9, "eps": 1e-9}
+    tx = lars(lr_at, momentum=hp["mom"], weight_decay=hp["wd"], eta=hp["eta"], eps=hp["eps"], nesterov=nesterov)
+    with jax.enable_x64(True):
+        got, state = run_optax(tx, STEPS, np.float64)
+        ratios = flat(state[0].trust_ratio)
+    want, want_ratios = lars_reference(STEPS, nesterov=nesterov, **hp)
+    for k in want:
+        np.testing.assert_allclose(got[k], want[k], rtol=1e-11, atol=1e-13, err_msg=k)
+        np.testing.assert_allclose(ratios[k], want_ratios[k], rtol=1e-11, err_msg=k)
+        assert ratios[k].dtype == np.float64
+    assert ratios["frozen"] == 1.0 and ratios["dense/bias"] == 1.0 and ratios["bn/scale"] == 1.0
+
+
+def test_lars_in_float32_tracks_the_float64_reference():
+    hp = {"eta": 2e-3, "wd": 1e-2, "mom": 0.9, "eps": 0.0}
+    got, _state = run_optax(lars(lr_at, momentum=0.9, weight_decay=1e-2, eta=2e-3), STEPS, np.float32)
+    want, _ = lars_reference(STEPS, nesterov=False, **hp)
+    for k in want:
+        assert got[k].dtype == np.float32
+        np.testing.assert_allclose(got[k], want[k], rtol=1e-4, atol=1e-5, err_msg=k)
+    _, first = run_optax(lars(lr_at, weight_decay=1e-2), 1, np.float32)
+    assert flat(first[0].trust_ratio)["zero_kernel"] == 1.0  # zero weights before the first update
+
+
+def test_trust_ratio_formula_uses_the_sum_of_norms_not_the_norm_of_the_sum():
+    """TF/paper: eta |w| / (|g| + wd |w|) (optax.lars uses |g + wd w|, a different number here)."""
     w = jnp.array([[1.0, 2.0], [3.0, 4.0]])
     g = jnp.array([[0.5, -1.0], [0.25, 1.0]])
     wd, eta = 0.1, 1e-3
-    mine, _ = scale_by_trust_ratio(eta, wd).update(g, scale_by_trust_ratio(eta, wd).init(w), w)
-    ratio = eta * np.linalg.norm(w) / (np.linalg.norm(g) + wd * np.linalg.norm(w))
-    np.testing.assert_allclose(mine, ratio * (g + wd * w), rtol=1e-6)
-    theirs_ratio = eta * np.linalg.norm(w) / np.linalg.norm(g + wd * w)
-    assert abs(ratio - theirs_ratio) / ratio > 1e-3
+    tx = scale_by_trust_ratio(eta, wd)
+    out, state = tx.update(g, tx.init(w), w)
+    w64, g64 = np.asarray(w, np.float64), np.asarray(g, np.float64)
+    ratio = eta * np.linalg.norm(w64) / (np.linalg.norm(g64) + wd * np.linalg.norm(w64))
+    np.testing.assert_allclose(out, ratio * (g64 + wd * w64), rtol=1e-6)
+    np.testing.assert_allclose(state.trust_ratio, ratio, rtol=1e-6)
 
 
 def test_trust_ratio_masks_are_separate():
@@ -115,34 +128,40 @@ def test_trust_ratio_needs_params():
         tx.update({"a": jnp.ones(2)}, tx.init({"a": jnp.ones(2)}))
 
 
-def test_lamb_matches_numpy_reference():
-    b1, b2, eps, wd, steps = 0.9, 0.999, 1e-6, 0.01, 4
-    tx = lamb(lr_at, b1=b1, b2=b2, eps=eps, weight_decay=wd)
-    got, _ = run_optax(tx, steps)
-
-    w = flat(toy_params())
+def lamb_reference(steps, *, b1, b2, eps, wd, trust_everywhere=False):
+    w = flat(_raw_params())
     m = {k: np.zeros_like(x) for k, x in w.items()}
     v = {k: np.zeros_like(x) for k, x in w.items()}
     for t in range(steps):
         g = flat(toy_grads(t))
         for k in w:
             layer = w[k].ndim >= 2
-            m[k] = b1 * m[k] + (1 - b1) * g[k]
-            v[k] = b2 * v[k] + (1 - b2) * g[k] ** 2
-            # bias corrections in float32, as optax computes them
-            bc1, bc2 = 1 - np.float32(b1) ** np.float32(t + 1), 1 - np.float32(b2) ** np.float32(t + 1)
-            mhat, vhat = m[k] / bc1, v[k] / bc2
-            u = mhat / (np.sqrt(vhat) + eps) + (wd * w[k] if layer else 0.0)
-            wn, un = np.linalg.norm(w[k]), np.linalg.norm(u)
-            ratio = wn / un if (layer and wn > 0 and un > 0) else 1.0
-            w[k] = w[k] - lr_at(t) * ratio * u
-    for k in w:
-        np.testing.assert_allclose(got[k], w[k], rtol=2e-5, atol=1e-6, err_msg=k)
+            w[k], m[k], v[k], _ = lamb_step(
+                w[k], m[k], v[k], g[k], t + 1, lr_at(t), b1=b1, b2=b2, eps=eps, wd=wd,
+                decay=layer, trust=layer or trust_everywhere,
+            )  # fmt: skip
+    return w
+
+
+def test_lamb_matches_the_paper_with_bias_correction_for_100_steps_in_float64():
+    hp = {"b1": 0.9, "b2": 0.999, "eps": 1e-6, "wd": 0.01}
+    with jax.enable_x64(True):
+        got, _ = run_optax(lamb(lr_at, b1=0.9, b2=0.999, eps=1e-6, weight_decay=0.01), STEPS, np.float64)
+    want = lamb_reference(STEPS, **hp)
+    for k in want:
+        np.testing.assert_allclose(got[k], want[k], rtol=1e-10, atol=1e-12, err_msg=k)
+
+
+def test_lamb_in_float32_tracks_the_float64_reference():
+    got, _ = run_optax(lamb(lr_at, weight_decay=0.01), 20, np.float32)
+    want = lamb_reference(20, b1=0.9, b2=0.999, eps=1e-6, wd=0.01)
+    for k in want:
+        np.testing.assert_allclose(got[k], want[k], rtol=2e-4, atol=2e-5, err_msg=k)
 
 
 def test_lamb_with_trust_everywhere_equals_optax_lamb():
     mask = param_mask(2)
-    mine, _ = run_optax(lamb(0.01, weight_decay=0.05, weight_decay_mask=mask, trust_ratio_mask=None), 3)
-    theirs, _ = run_optax(optax.lamb(0.01, weight_decay=0.05, mask=mask), 3)
+    mine, _ = run_optax(lamb(0.01, weight_decay=0.05, weight_decay_mask=mask, trust_ratio_mask=None), 5, np.float32)
+    theirs, _ = run_optax(optax.lamb(0.01, weight_decay=0.05, mask=mask), 5, np.float32)
     for k in mine:
         np.testing.assert_allclose(mine[k], theirs[k], rtol=1e-5, atol=1e-7, err_msg=k)

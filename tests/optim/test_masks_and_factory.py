@@ -1,44 +1,13 @@
+"""The config -> optax chain factory (mask-only tests live in test_masks.py)."""
+
 import jax
 import jax.numpy as jnp
 import ml_collections
 import numpy as np
 import optax
 import pytest
-from flax import nnx
 
 from lbtrain import config_lib, optim
-from lbtrain.models import MnistLSTM
-
-
-def lstm_params():
-    model = MnistLSTM(rngs=nnx.Rngs(0), hidden_size=8)
-    return nnx.to_pure_dict(nnx.split(model, nnx.Param)[1])
-
-
-def test_default_mask_on_the_lstm_parameter_tree():
-    mask = optim.default_mask(lstm_params())
-    assert sorted(optim.masked_paths(mask)) == ["head/kernel", "lstm/input_kernel", "lstm/recurrent_kernel"]
-
-
-def test_exclude_patterns():
-    mask = optim.param_mask(2, exclude=("head",))(lstm_params())
-    assert sorted(optim.masked_paths(mask)) == ["lstm/input_kernel", "lstm/recurrent_kernel"]
-    everything = optim.param_mask(1)(lstm_params())
-    assert len(optim.masked_paths(everything)) == 5
-
-
-def test_lars_trust_ratio_covers_the_fused_four_gate_matrix():
-    """One ratio per fused (D, 4H) / (H, 4H) matrix: the norm is over all four gates together."""
-    params = lstm_params()
-    grads = jax.tree.map(lambda p: jnp.full_like(p, 0.01), params)
-    tx = optim.lars(1.0, eta=0.002)
-    _, state = tx.update(grads, tx.init(params), params)
-    ratios = state[0].trust_ratio
-    for name in ("input_kernel", "recurrent_kernel"):
-        w = np.asarray(params["lstm"][name])
-        expected = 0.002 * np.linalg.norm(w) / np.linalg.norm(np.full_like(w, 0.01))
-        assert float(ratios["lstm"][name]) == pytest.approx(expected, rel=1e-5)
-    assert float(ratios["lstm"]["bias"]) == 1.0
 
 
 def optim_cfg(**kw):

@@ -77,3 +77,16 @@ def test_train_step_logs_the_noise_scale_of_its_micro_batches(problem):
     # without the flag the step has no noise metrics
     plain = step_lib.make_train_step(graphdef, tx, QuadraticTask(), accum_steps=accum)
     assert "noise_scale" not in jax.jit(plain)(state, {"x": x[:batch]})[1]
+
+
+def test_tree_sq_norm_accumulates_in_at_least_float32():
+    rng = np.random.default_rng(4)
+    a, b = rng.normal(size=(300,)), rng.normal(size=(5, 7))
+    tree = {"bf": jnp.asarray(a, jnp.bfloat16), "t": (jnp.asarray(b, jnp.float32), None)}
+    want = np.sum(np.asarray(tree["bf"], np.float64) ** 2) + np.sum(np.float64(np.float32(b)) ** 2)
+    assert float(optim.tree_sq_norm(tree)) == pytest.approx(want, rel=1e-6)  # bfloat16 sums would miss by ~1e-3
+    assert float(optim.tree_sq_norm({})) == 0.0
+    with jax.enable_x64(True):
+        c = rng.normal(size=(50,)) * (1 + 1e-12)
+        got = optim.tree_sq_norm({"c": jnp.asarray(c)})
+        assert got.dtype == jnp.float64 and float(got) == pytest.approx(np.sum(c**2), rel=1e-14)
