@@ -40,6 +40,8 @@ CORPORA = {
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     a = config_lib.parse_arg(arg, corpus="wmt16", batch=0, scheme="legw", size="", epochs=0.0, runlocal=False)
+    if a.runlocal:
+        config_lib.refuse_overridden(a, arg, "runlocal=True", {"corpus": "numbers"})
     corpus = "numbers" if a.runlocal else a.corpus
     if corpus not in CORPORA:
         raise config_lib.ConfigError(f"unknown corpus {corpus!r}; valid choices: {', '.join(CORPORA)}")

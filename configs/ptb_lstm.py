@@ -40,6 +40,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     if a.size not in SIZES:
         raise config_lib.ConfigError(f"unknown size {a.size!r}; valid choices: {', '.join(SIZES)}")
     hidden, window, init_scale, dropout, epochs, rate, decay_after, clip = SIZES[a.size]
+    if a.runlocal:
+        config_lib.refuse_overridden(a, arg, "runlocal=True", {"corpus": "kjv"})
 
     config = ml_collections.ConfigDict()
     config.seed = 0

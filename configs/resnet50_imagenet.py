@@ -103,7 +103,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     if a.runlocal:  # ~1 min on 2 CPU cores: 1,497 training digits, ResNet-18 layout at width 16
         config.data.source = "digits"
         config.data.workers = 0
-        config.model.depth = 18 if a.depth == 50 else a.depth
+        config.model.depth = a.depth if "depth" in config_lib.given_keys(arg) else 18
         config.model.width = 16
         config.model.stem = "small"
         config.model.in_channels = 1

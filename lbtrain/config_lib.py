@@ -57,6 +57,20 @@ def _update(cfg: ml_collections.ConfigDict, overrides: dict) -> None:
             cfg[k] = v
 
 
+def given_keys(arg: str | None) -> set[str]:
+    """The keys ``arg`` sets explicitly (to refuse a combination that would override one of them)."""
+    return {item.split("=", 1)[0].strip() for item in filter(None, (arg or "").split(","))}
+
+
+def refuse_overridden(a, arg: str | None, what: str, forced: dict) -> None:
+    """``what`` (e.g. ``runlocal=True``) sets the keys in ``forced``; refuse if ``arg`` (parsed: ``a``) set one
+    of them to another value, since it would be silently replaced."""
+    for key in sorted(given_keys(arg) & set(forced)):
+        if a[key] != forced[key]:
+            raise ConfigError(f"{what} uses {key}={forced[key]} but the config arg sets {key}={a[key]}: drop one of "
+                              "the two")  # fmt: skip
+
+
 def optim_config(**overrides) -> ml_collections.ConfigDict:
     """The optimizer block every application shares: the common keys, then one block per optimizer and
     one per decay with the registry's defaults (``lbtrain.optim.OPTIMIZERS``, ``DECAY_DEFAULTS``). Only the

@@ -91,12 +91,9 @@ def accumulation(config) -> tuple[int, bool]:
 
 
 def _check_schedule(config, steps_per_epoch: int, global_batch: int) -> None:
-    """The budget must hold at least one update and a warmup shorter than training (the keys named)."""
+    """The warmup must be shorter than training (the keys named): else the decay could never run."""
     o = config.optim
     total = optim.epochs_to_steps(config.num_epochs, steps_per_epoch)
-    if total < 1:
-        raise ConfigError(f"num_epochs={config.num_epochs:g} is {total} updates at {steps_per_epoch} steps per epoch:"
-                          " raise num_epochs")  # fmt: skip
     _, warmup_rule = optim.scheme_rules(o.scheme)
     warmup_epochs = optim.scale_warmup_epochs(o.schedule.warmup_epochs, o.base_batch_size, global_batch, warmup_rule)
     warmup = optim.epochs_to_steps(warmup_epochs, steps_per_epoch)

@@ -61,7 +61,7 @@ fi
 run git -C "$repo" archive --format=tar.gz --output="$archive" HEAD
 run gcloud compute tpus tpu-vm scp "$archive" "$name:~/lbtrain-src.tar.gz" "${common[@]}" --worker=all
 run gcloud compute tpus tpu-vm ssh "$name" "${common[@]}" --worker=all --command \
-  "rm -rf ~/lbtrain && mkdir -p ~/lbtrain && tar -xzf ~/lbtrain-src.tar.gz -C ~/lbtrain && cd ~/lbtrain && pip install -q 'jax[tpu]' -e '.[offline]'"
+  "rm -rf ~/lbtrain && mkdir -p ~/lbtrain && tar -xzf ~/lbtrain-src.tar.gz -C ~/lbtrain && cd ~/lbtrain && pip install -q 'jax[tpu]' -e '.[offline,gcs]'"
 # On TPU VMs JAX discovers the slice's hosts itself; the output of every worker is streamed here.
 status=0
 run gcloud compute tpus tpu-vm ssh "$name" "${common[@]}" --worker=all --command \

@@ -108,9 +108,9 @@ def test_budget_shorter_than_one_update_names_the_key():
     from lbtrain import setup
 
     cfg = mnist()
-    cfg.num_epochs = 0.001
-    with pytest.raises(config_lib.ConfigError, match=r"num_epochs=0.001 is 0 updates at 250 steps per epoch: raise "
-                                                     "num_epochs"):
+    cfg.num_epochs = 0.001  # one update (the first at or past 0.001 epochs), shorter than the warmup
+    with pytest.raises(config_lib.ConfigError, match=r"warmup_epochs=0.25 scales to 0.25 epochs \(63 steps\) at "
+                                                     r"batch 16, not shorter than num_epochs=0.001 \(1 steps\)"):
         setup.build(cfg)
 
 
@@ -121,3 +121,33 @@ def test_warmup_longer_than_training_names_the_keys():
     with pytest.raises(config_lib.ConfigError, match=r"optim.schedule.warmup_epochs=0.25 scales to 16 epochs \(48 "
                                                      r"steps\) at batch 1024, not shorter than num_epochs=2"):
         setup.build(cfg)
+
+
+@pytest.mark.parametrize(
+    "spec,message",
+    [
+        ("configs/ptb_lstm.py:runlocal=True,corpus=ptb", "runlocal=True uses corpus=kjv but the config arg sets "
+                                                         "corpus=ptb: drop one of the two"),
+        ("configs/gnmt.py:runlocal=True,corpus=bible", "runlocal=True uses corpus=numbers but the config arg sets "
+                                                       "corpus=bible"),
+    ],
+)
+def test_runlocal_never_overrides_what_the_arg_sets(spec, message):
+    with pytest.raises(config_lib.ConfigError, match=message):
+        config_lib.load_config(spec)
+
+
+def test_runlocal_keeps_an_explicit_depth():
+    assert config_lib.load_config("configs/resnet50_imagenet.py:runlocal=True").model.depth == 18
+    assert config_lib.load_config("configs/resnet50_imagenet.py:runlocal=True,depth=50").model.depth == 50
+    assert config_lib.load_config("configs/ptb_lstm.py:runlocal=True,corpus=kjv").data.corpus == "kjv"
+
+
+def test_a_data_dir_the_chosen_source_does_not_read_is_refused(tmp_path):
+    from lbtrain import data
+
+    cfg = config_lib.load_config("configs/ptb_lstm.py:runlocal=True")
+    cfg.data.dir = str(tmp_path)
+    with pytest.raises(config_lib.ConfigError, match="data.dir is set but data.corpus is 'kjv': only corpus=ptb "
+                                                     "reads it"):
+        data.make(cfg.data)

@@ -22,12 +22,12 @@ CASES = {
     "batch vs devices x accumulation": ([MNIST.replace("True", "True,batch=16"), "--config.accum_steps=4"],
                                         "batch_size=16 is not divisible by 8 devices x accum_steps=4: use a multiple of 32"),
     "warmup longer than training": (["--config=configs/mnist_lstm.py:runlocal=True,batch=4000"],
-                                    "optim.schedule.warmup_epochs=0.25 scales to 62.5 epochs (62 steps) at batch 4000, "
+                                    "optim.schedule.warmup_epochs=0.25 scales to 62.5 epochs (63 steps) at batch 4000, "
                                     "not shorter than num_epochs=2 (2 steps): lower optim.schedule.warmup_epochs"),
     "set for another optimizer": ([MNIST, "--config.optim.adam.b2=0.98"],
                                   "optim.adam.b2 is set but optim.name is 'momentum': it would be ignored"),
     "negative learning rate": ([MNIST, "--config.optim.base_lr=-1"], "optim.base_lr=-1.0 is out of range"),
-    "tiny epoch budget": ([MNIST, "--config.num_epochs=0.001"], "num_epochs=0.001 is 0 updates at 250 steps per epoch"),
+    "tiny epoch budget": ([MNIST, "--config.num_epochs=0.001"], "not shorter than num_epochs=0.001 (1 steps): lower optim.schedule.warmup_epochs or raise num_epochs"),
     "no micro-batches": ([MNIST, "--config.accum_steps=0"], "accum_steps=0 is out of range: use an integer >= 1"),
     "batch larger than the data": (["--config=configs/mnist_lstm.py:runlocal=True,batch=8000"],
                                    "batch_size=8000 is larger than the 4000 training examples: lower batch_size"),

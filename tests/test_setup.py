@@ -28,10 +28,11 @@ def check(run, *, batch, rows, base_batch, base_lr, base_warmup, epochs, scheme=
     warmup_epochs = base_warmup * k if scheme == "legw" else base_warmup
     assert p.global_batch == batch and p.per_device_batch == batch // devices and p.devices == devices
     assert p.steps_per_epoch == steps_per_epoch
-    assert p.total_steps == round(epochs * steps_per_epoch)
+    assert p.total_steps == math.ceil(epochs * steps_per_epoch - 1e-9)  # whole epochs: exact
     assert p.optim.peak_lr == pytest.approx(peak, rel=1e-12)
     assert p.optim.warmup_epochs == pytest.approx(warmup_epochs, rel=1e-12)
-    assert abs(p.optim.warmup_steps - warmup_epochs * steps_per_epoch) <= 0.5  # rounded to whole updates
+    # the first update at or past the end of the warmup epochs (lbtrain.optim's rule)
+    assert 0 <= p.optim.warmup_steps - warmup_epochs * steps_per_epoch < 1
     text = p.describe()
     assert f"global batch: {batch} |" in text and f"steps/epoch: {steps_per_epoch} |" in text
     assert f"= {p.optim.warmup_steps} steps" in text and f"peak lr: {peak:.6g}" in text

@@ -27,7 +27,7 @@ def test_create_copy_install_run_delete():
     create, scp, install, launch, delete = (c for c in cmds if c[0] == "gcloud")
     assert {"lb", "--zone=us-central2-b", "--project=p1", "--accelerator-type=v4-32", "--spot"} <= set(create)
     assert "--worker=all" in scp and "--worker=all" in install and "--worker=all" in launch
-    assert "pip install -q 'jax[tpu]' -e '.[offline]'" in install[install.index("--command") + 1]
+    assert "pip install -q 'jax[tpu]' -e '.[offline,gcs]'" in install[install.index("--command") + 1]
     remote = shlex.split(launch[launch.index("--command") + 1])
     assert remote[-3:] == ["lbtrain", "--config=configs/ptb_lstm.py:size=large,batch=1280", "--workdir=gs://bucket/ptb large"]
     assert "--quiet" in delete and "lb" in delete

@@ -98,10 +98,19 @@ def synthetic(config, rows: int, seed: int = 0):
     raise ConfigError(f"no synthetic data for data.name={config.data.name!r}; valid: lm, images, mnist")
 
 
+# data.<key> is read only when data.<selector> == value: set otherwise, it would be ignored
+READ_ONLY_WITH = {"lm": ("dir", "corpus", "ptb"), "translation": ("dir", "corpus", "wmt16"),
+                  "mnist": ("data_dir", "source", "tfds"), "images": ("dir", "source", "imagenet")}  # fmt: skip
+
+
 def make(cfg, workdir: str | None = None, is_writer: bool = True):
     """Load the dataset ``cfg.name``; only the writer process saves artefacts into ``workdir``."""
     if cfg.name not in DATASETS:
         raise ConfigError(f"unknown data.name {cfg.name!r}; valid choices: {', '.join(DATASETS)}")
+    key, selector, value = READ_ONLY_WITH[cfg.name]
+    if cfg.get(key) and cfg.get(selector) != value:
+        raise ConfigError(f"data.{key} is set but data.{selector} is {cfg.get(selector)!r}: only {selector}={value} "
+                          f"reads it; remove data.{key} or set data.{selector}={value}")  # fmt: skip
     return DATASETS[cfg.name](cfg, workdir, is_writer)
 
 
