@@ -1,19 +1,31 @@
-"""What an experiment file declares: its runs (config + arg + overrides), the metric and its direction,
-the paper's claim, and a scaled-down local version. ``scripts/reproduce.py`` runs and renders them."""
+"""What an experiment file declares: its runs (config + arg + overrides, seeds), the metric and its
+direction, the paper's claim, the protocol's target rule and a scaled-down local version.
+``scripts/reproduce.py`` runs them; ``experiments/report.py`` renders them (docs/reproduce.md: the protocol).
+"""
 
 from __future__ import annotations
 
 import dataclasses
+import statistics
+
+SEEDS = (0, 1, 2)
 
 
 @dataclasses.dataclass(frozen=True)
 class Run:
     name: str  # also the run's workdir name
     batch: int
-    scheme: str  # legw | linear | sqrt | none, or "base" for the base-batch run
+    scheme: str  # legw | linear | sqrt | none | ablations, or "base" for the base-batch runs
     arg: str  # the config arg after ':'
     overrides: tuple[str, ...] = ()  # extra --config.a.b=value flags
     group: str = ""  # the table column (default: the scheme); e.g. the optimizer in a comparison
+    seed: int = 0
+    role: str = "sweep"  # base | sweep | sensitivity (LEGW's peak LR x a factor) | noise (gradient noise scale)
+    lr_factor: float = 1.0  # sensitivity runs: the peak LR relative to LEGW's
+
+    @property
+    def column(self) -> str:
+        return self.group or self.scheme
 
 
 @dataclasses.dataclass(frozen=True)
@@ -21,6 +33,7 @@ class Plan:
     runs: tuple[Run, ...]
     budget: str  # in words: epochs, data, model size
     config: str = ""  # when this plan runs another config file than the experiment's
+    caveats: str = ""  # what this plan cannot show, beyond the protocol's standing caveats
 
 
 @dataclasses.dataclass(frozen=True)
@@ -31,38 +44,62 @@ class Experiment:
     split: str  # eval split whose metric is reported
     direction: str  # "max" or "min"
     claim: str  # the paper's claim, quoted in the rendered table
-    tolerance: float  # "no loss": within this of the base run (absolute for max, relative for min)
+    tolerance: float  # target = the base runs' mean best value within this (absolute for max, relative for min)
     full: Plan
     local: Plan
     rows: str = "batch"  # table rows: "batch" (a batch-size sweep) or "group" (e.g. optimizers at one batch)
-    fixed_target: float | None = None  # a target to reach instead of "the base run's final value within tolerance"
+    fixed_target: float | None = None  # a target to reach instead of the base-derived one
     local_fixed_target: float | None = None
 
     def plan(self, local: bool) -> Plan:
         return self.local if local else self.full
 
-    def target(self, base_final: float | None, local: bool = False) -> float | None:
-        """The metric value that counts as reaching the goal: the fixed target if the experiment has one,
-        else the base run's final value within ``tolerance``."""
+    def target(self, base_best: list[float], local: bool = False) -> float | None:
+        """The metric value that counts as reaching the goal, fixed before the sweep: the fixed target if
+        the experiment has one, else the mean over seeds of the base runs' best value, within
+        ``tolerance``."""
         fixed = self.local_fixed_target if local else self.fixed_target
         if fixed is not None:
             return fixed
-        if base_final is None:
+        if not base_best:
             return None
-        return base_final - self.tolerance if self.direction == "max" else base_final * (1 + self.tolerance)
+        best = statistics.fmean(base_best)
+        return best - self.tolerance if self.direction == "max" else best * (1 + self.tolerance)
 
     def reached(self, value: float, target: float) -> bool:
         return value >= target if self.direction == "max" else value <= target
 
+    def better(self, a: float, b: float) -> bool:
+        return a > b if self.direction == "max" else a < b
 
-def sweep(base: int, multipliers, schemes, extra: str = "", overrides: tuple[str, ...] = ()) -> tuple[Run, ...]:
-    """The base run (the tuned recipe at the base batch) and every ``multiplier x scheme`` above it."""
+
+def _seeded(run: Run, seed: int) -> Run:
+    overrides = run.overrides + ((f"--config.seed={seed}",) if seed else ())
+    return dataclasses.replace(run, name=f"{run.name}_s{seed}", seed=seed, overrides=overrides)
+
+
+def sweep(base: int, multipliers, schemes, extra: str = "", overrides: tuple[str, ...] = (), *, seeds=SEEDS,
+          base_lr: float | None = None, sensitivity=(0.5, 2.0), noise_overrides: tuple[str, ...] | None = ()):  # fmt: skip
+    """The protocol's runs: the base run (the tuned recipe at the base batch), every ``multiplier x scheme``
+    above it, LEGW's peak LR x each ``sensitivity`` factor at the largest batch (needs ``base_lr``), each
+    for every seed; and one run at the base batch logging the gradient noise scale (``noise_overrides``
+    added; ``None``: no noise run)."""
     sep = "," if extra else ""
-    runs = [Run(f"b{base}_base", base, "base", f"batch={base},scheme=legw{sep}{extra}", overrides, "base")]
+    runs = [Run(f"b{base}_base", base, "base", f"batch={base},scheme=legw{sep}{extra}", overrides, "base",
+                role="base")]  # fmt: skip
     for m in multipliers:
         if m == 1:
             continue
-        for s in schemes:
-            b = base * m
-            runs.append(Run(f"b{b}_{s}", b, s, f"batch={b},scheme={s}{sep}{extra}", overrides, s))
-    return tuple(runs)
+        b = base * m
+        runs += [Run(f"b{b}_{s}", b, s, f"batch={b},scheme={s}{sep}{extra}", overrides) for s in schemes]
+    if base_lr is not None and sensitivity:
+        b = base * max(multipliers)
+        for f in sensitivity:
+            lr = f"--config.optim.base_lr={base_lr * f:g}"
+            runs.append(Run(f"b{b}_legw_lr{f:g}", b, "legw", f"batch={b},scheme=legw{sep}{extra}", overrides + (lr,),
+                            f"legw, peak lr x{f:g}", role="sensitivity", lr_factor=f))  # fmt: skip
+    out = [_seeded(r, s) for r in runs for s in seeds]
+    if noise_overrides is not None:
+        out.append(Run(f"b{base}_noise", base, "base", runs[0].arg,
+                       overrides + ("--config.noise_scale=True",) + tuple(noise_overrides), "noise", role="noise"))  # fmt: skip
+    return tuple(out)

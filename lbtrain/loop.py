@@ -17,7 +17,7 @@ from typing import Any
 
 import jax
 
-from lbtrain import config_lib, optim, parallel, rundir
+from lbtrain import config_lib, optim, parallel, provenance, rundir
 from lbtrain import step as step_lib
 from lbtrain.checkpoint import Checkpointer
 from lbtrain.errors import DivergedError, ResumeError
@@ -119,6 +119,8 @@ class _Session:
                 print(f"resuming from the checkpoint at step {self.resume_step} in {self.checkpoints.directory}",
                       flush=True)  # fmt: skip
         self.writer = MetricWriter(self.workdir, enabled=self.writer_enabled, resume_step=self.resume_step)
+        # the training time before the checkpoint (from its last logged row): time-to-target spans every process
+        self.train_time = max((r.get("train_time_s", 0.0) for r in self.writer.rows()), default=0.0)
         self.progress = Progress(self.plan.total_steps, self.plan.steps_per_epoch, self.plan.items_per_step,
                                  enabled=self.writer_enabled, unit=self.plan.unit)  # fmt: skip
 
@@ -137,10 +139,11 @@ class _Session:
                 for line in res.samples:
                     print(line, flush=True)
 
-    def log(self, step: int, metrics) -> None:
+    def log(self, step: int, metrics, t_seg: float) -> None:
         m = {k: float(v) for k, v in jax.device_get(metrics).items()}
         m[f"{self.plan.unit}_per_sec"] = self.progress.update(step, m["loss"], m["lr"])
         m["epoch"] = step / self.plan.steps_per_epoch
+        m["train_time_s"] = self.train_time + (time.perf_counter() - t_seg)
         self.writer.write(step, "train", m)
 
     def save(self, step: int) -> None:
@@ -172,7 +175,7 @@ def _iterate(s: _Session, preemption: PreemptionWatch) -> bool:
             s.save(step)
         if step % plan.log_every == 0 or step == total:
             check_finite(s.state, s.config.nan_policy, s.checkpoints)
-            s.log(step, metrics)
+            s.log(step, metrics, t_seg)
         if step % plan.eval_every == 0 or step == total:
             jax.block_until_ready(s.state)
             s.train_time += time.perf_counter() - t_seg
@@ -228,6 +231,8 @@ def _finish(s: _Session) -> dict[str, Any]:
         "devices": s.plan.devices,
     }
     rundir.write_json(rundir.path(s.workdir) / "results.json", result, is_writer=s.writer_enabled)
+    record = provenance.record(s.config.seed, result["wall_time_s"], s.train_time)
+    rundir.write_json(rundir.path(s.workdir) / "provenance.json", record, is_writer=s.writer_enabled)
     if s.writer_enabled:
         print(f"done: {total} steps in {format_duration(result['wall_time_s'])}", flush=True)
     result["state"] = s.state

@@ -131,6 +131,7 @@ def make_train_step(graphdef, tx: optax.GradientTransformation, task, nan_policy
             "update_norm": _tree_norm(updates),
             "param_norm": _tree_norm(params),
             "skipped_updates": skipped,
+            "loss_count": count,  # what the loss averages over in this update (examples, sequences or tokens)
         }
         if noise_scale and small_sq is not None:
             grad_sq, trace = optim.noise_scale_terms(small_sq, optim.tree_sq_norm(grads), count / accum_steps, count)

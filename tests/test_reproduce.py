@@ -1,9 +1,11 @@
-"""scripts/reproduce.py: an experiment of two tiny runs goes run -> kill -> resume -> render, and the
-rendered table holds exactly the numbers of the runs' metrics.jsonl."""
+"""scripts/reproduce.py: an experiment of tiny runs goes run -> kill -> resume -> publish -> render; the
+rendered table holds exactly the numbers of the runs' metrics.jsonl, and --render rebuilds it byte for byte
+from the published per-run files alone."""
 
 import csv
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -22,7 +24,8 @@ EXPERIMENT = textwrap.dedent(
         name="tiny", config="configs/mnist_lstm.py", metric="accuracy", split="eval", direction="max",
         claim="a claim", tolerance=0.05,
         full=Plan((), "none"),
-        local=Plan(sweep(16, (1, 4), ("legw",), "runlocal=True,epochs=6"), "runlocal, 8 epochs"),
+        local=Plan(sweep(16, (1, 4), ("legw",), "runlocal=True,epochs=6", seeds=(0, 1), base_lr=0.1,
+                         sensitivity=(2.0,), noise_overrides=None), "runlocal, 6 epochs"),
     )
     """
 )
@@ -41,7 +44,7 @@ def test_run_kill_resume_render(tmp_path):
     exp_path.write_text(EXPERIMENT)
     runs, out = tmp_path / "runs", tmp_path / "results"
     proc = reproduce(exp_path, runs, out)
-    first = runs / "b16_base"
+    first = runs / "b16_base_s0"
     deadline = time.time() + 300
     while time.time() < deadline:  # kill the whole process group once the first run has a checkpoint
         ckpts = first / "checkpoints"
@@ -55,26 +58,52 @@ def test_run_kill_resume_render(tmp_path):
     done = reproduce(exp_path, runs, out)
     log = done.communicate(timeout=600)[0]
     assert done.returncode == 0, log
-    assert "b16_base: done" in log and "b64_legw: done" in log
+    names = ["b16_base_s0", "b16_base_s1", "b64_legw_s0", "b64_legw_s1", "b64_legw_lr2_s0", "b64_legw_lr2_s1"]
+    for name in names:
+        assert f"{name}: done (published)" in log
     assert "resuming from the checkpoint" in (first / "stdout.log").read_text()
     again = reproduce(exp_path, runs, out).communicate(timeout=300)[0]
-    assert "b16_base: finished earlier" in again and "b64_legw: finished earlier" in again
+    assert all(f"{name}: finished earlier" in again for name in names)
 
+    published = out / "tiny_local" / "runs"
+    assert sorted(os.listdir(published)) == sorted(names)
+    assert sorted(os.listdir(published / "b64_legw_s1")) == ["config.json", "metrics.jsonl", "provenance.json",
+                                                             "results.json"]  # no checkpoints
     with open(out / "tiny_local.csv") as f:
         rows = {r["run"]: r for r in csv.DictReader(f)}
     md = (out / "tiny_local.md").read_text()
-    for name in ("b16_base", "b64_legw"):
+    finals = {}
+    for name in names:
         evals = [json.loads(line) for line in open(runs / name / "metrics.jsonl")]
         evals = [e for e in evals if e["kind"] == "eval"]
         assert [e["step"] for e in evals] == sorted({e["step"] for e in evals})  # each eval once after resume
-        final = evals[-1]
-        assert float(rows[name]["accuracy"]) == final["accuracy"]
-        assert int(rows[name]["steps"]) == final["step"]
-        assert f"{final['accuracy']:.4g}" in md
-        base_final = [json.loads(line) for line in open(runs / "b16_base" / "metrics.jsonl")]
-        base_acc = [e for e in base_final if e["kind"] == "eval"][-1]["accuracy"]
-        assert float(rows[name]["delta_vs_base"]) == pytest.approx(final["accuracy"] - base_acc)
-    assert rows["b64_legw"]["peak_lr"] == str(0.1 * 2.0)  # sqrt(4) x the base lr
-    assert "Paper's claim: a claim." in md and "--experiment=tiny --local" in md
+        finals[name] = evals[-1]["accuracy"]
+        assert float(rows[name]["final"]) == evals[-1]["accuracy"]
+        assert float(rows[name]["best"]) == max(e["accuracy"] for e in evals)
+        assert int(rows[name]["steps"]) == evals[-1]["step"]
+    # the target: the base runs' mean best accuracy - 0.05; steps to target = the first eval reaching it
+    base_best = [float(rows[n]["best"]) for n in ("b16_base_s0", "b16_base_s1")]
+    target = sum(base_best) / 2 - 0.05
+    assert f"Target: accuracy >= {target:.4g}" in md
+    for name in names:
+        evals = [json.loads(line) for line in open(runs / name / "metrics.jsonl")]
+        hit = next((e["step"] for e in evals if e["kind"] == "eval" and e["accuracy"] >= target), None)
+        assert rows[name]["steps_to_target"] == ("" if hit is None else str(hit))
+    mean = (finals["b64_legw_s0"] + finals["b64_legw_s1"]) / 2
+    assert f"| 64 | 4 | {mean:.4g} +- " in md  # mean +- standard error over the two seeds
+    assert rows["b64_legw_s0"]["peak_lr"] == str(0.1 * 2.0) and rows["b64_legw_lr2_s0"]["peak_lr"] == str(0.4)
+    provenance = json.loads((published / "b16_base_s0" / "provenance.json").read_text())
+    assert provenance["seed"] == 0 and len(provenance["code"]["commit"]) == 40
+    assert json.loads((published / "b16_base_s1" / "provenance.json").read_text())["seed"] == 1
+    assert "Paper's claim: a claim." in md and "--experiment=tiny --local" in md and "Seeds: 2 per setting" in md
     for suffix in ("metric_vs_batch", "lr", "curves"):
         assert (out / f"tiny_local_{suffix}.png").stat().st_size > 1000
+
+    # --render rebuilds every file from the published runs alone (the run folders gone), byte for byte
+    before = {p: p.read_bytes() for p in out.iterdir() if p.is_file()}
+    shutil.rmtree(runs)
+    for p in before:
+        p.unlink()
+    rendered = reproduce(exp_path, runs, out, "--render").communicate(timeout=300)[0]
+    assert "rendered 6/6 runs" in rendered, rendered
+    assert {p: p.read_bytes() for p in out.iterdir() if p.is_file()} == before

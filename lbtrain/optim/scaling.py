@@ -27,6 +27,9 @@ SCHEMES: dict[str, tuple[str, str]] = {
     "linear": ("linear", "const_epoch"),  # Linear Scaling, constant warmup epochs (Goyal et al.)
     "sqrt": ("sqrt", "none"),  # Sqrt Scaling without warmup
     "none": ("none", "const_epoch"),  # the base recipe unchanged
+    # ablations separating LEGW's two parts
+    "linear_legw_warmup": ("linear", "linear_epoch"),  # Linear Scaling's LR with LEGW's warmup
+    "sqrt_const_warmup": ("sqrt", "const_epoch"),  # Sqrt Scaling's LR with the base warmup epochs
 }
 
 

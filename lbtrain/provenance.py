@@ -1,0 +1,53 @@
+"""Where a result came from: the code (git commit, uncommitted changes), the library versions, the
+hardware, the seed and the wall time, written as ``provenance.json`` beside a run's metrics."""
+
+from __future__ import annotations
+
+import os
+import platform
+import subprocess
+import sys
+from importlib import metadata
+
+PACKAGES = ("jax", "jaxlib", "flax", "optax", "orbax-checkpoint", "numpy", "ml-collections", "tensorflow-datasets")
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _git(*args: str) -> str | None:
+    try:
+        out = subprocess.run(["git", "-C", REPO, *args], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return out.stdout.strip() if out.returncode == 0 else None
+
+
+def code() -> dict:
+    """The commit of the lbtrain checkout and whether tracked files differ from it (``None``: not a git
+    checkout, e.g. an installed wheel)."""
+    commit = _git("rev-parse", "HEAD")
+    status = _git("status", "--porcelain", "--untracked-files=no") if commit else None
+    return {"commit": commit, "dirty": None if status is None else bool(status)}
+
+
+def versions() -> dict:
+    out = {"python": platform.python_version()}
+    for name in PACKAGES:
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            out[name] = None
+    return out
+
+
+def hardware() -> dict:
+    import jax
+
+    devices = jax.devices()
+    return {"platform": devices[0].platform, "device_kind": devices[0].device_kind, "devices": len(devices),
+            "processes": jax.process_count(), "cpu_count": os.cpu_count(), "machine": platform.machine()}  # fmt: skip
+
+
+def record(seed: int, wall_time_s: float, train_time_s: float, argv: list[str] | None = None) -> dict:
+    return {"code": code(), "versions": versions(), "hardware": hardware(), "seed": int(seed),
+            "wall_time_s": wall_time_s, "train_time_s": train_time_s,
+            "command": list(sys.argv if argv is None else argv)}  # fmt: skip
