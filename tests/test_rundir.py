@@ -281,3 +281,16 @@ def test_artefact_without_or_with_a_wrong_record_is_rebuilt(tmp_path, capsys):
 def test_non_writer_builds_but_never_writes(tmp_path):
     assert rundir.artefact(tmp_path / "vocab.json", {"a": 1}, lambda: b"v", is_writer=False) == b"v"
     assert list(tmp_path.iterdir()) == []
+
+
+def test_tfds_data_on_gcs_names_the_missing_extra_or_the_unprepared_split(gcs, monkeypatch):
+    """Reading data from gs:// either works (the gcs extra is installed: an unprepared split is the one-line
+    'not prepared' error naming the bucket) or says which extra to install."""
+    from lbtrain.data.tfds_split import open_split
+    from lbtrain.errors import DataError
+
+    with pytest.raises(DataError, match=f"not prepared in {gcs.root}/tfds"):
+        open_split("mnist", "train", f"{gcs.root}/tfds", instead="use data.source=embedded")
+    monkeypatch.setitem(sys.modules, "gcsfs", None)  # as if the extra were not installed
+    with pytest.raises(StorageError, match=r"pip install 'lbtrain\[gcs\]'"):
+        open_split("mnist", "train", f"{gcs.root}/tfds", instead="use data.source=embedded")

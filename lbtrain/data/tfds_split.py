@@ -14,6 +14,10 @@ def open_split(name: str, split: str, data_dir: str | None, instead: str, prepar
     ``instead`` the offline alternative."""
     import tensorflow_datasets as tfds
 
+    from lbtrain import rundir
+
+    if data_dir:
+        rundir.require_cloud_extra(data_dir)  # gs://: TFDS reads it through etils.epath (gcsfs)
     try:
         return tfds.data_source(name, split=split, data_dir=data_dir or None, download=False)
     except Exception as e:  # TFDS raises several kinds here; all mean "not prepared"
