@@ -129,10 +129,13 @@ flags:
                         metrics.jsonl, TensorBoard events (tb/), checkpoints/ and results.json. Running
                         the same command again resumes from the last checkpoint.
   -h, --help            this help (exit status 0; with no flags at all it is printed with status 2).
-  --helpfull            absl's own flags as well (--verbosity, --log_dir, ...).
+  --helpfull            this help and every flag, absl's own included (--verbosity, --log_dir, ...).
 
 environment:
-  LBTRAIN_TRACEBACK=1   show the full traceback of a one-line user error (a bad config, data, resume)."""
+  LBTRAIN_TRACEBACK=1   show the full traceback of a one-line user error (a bad config, data, resume).
+  LBTRAIN_PROGRESS=plain|bar
+                        one progress line per logged step, or a live bar (default: a bar on a terminal,
+                        plain lines in a log or a pipe). Rates and the ETA leave the compiling step out."""
 
 
 def help_text(cwd: str | os.PathLike | None = None) -> str:

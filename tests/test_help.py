@@ -62,6 +62,12 @@ def test_every_config_is_listed_with_its_description_and_every_arg_key(config_fi
         assert re.search(rf"\b{key}\b", block), f"{key} missing from the help of {config_file}:\n{block}"
 
 
+def test_helpfull_adds_absl_flags_and_exits_0():
+    proc = lbtrain("--helpfull")
+    assert proc.returncode == 0 and proc.stdout.startswith("usage:")
+    assert "--verbosity" in proc.stdout and "--workdir" in proc.stdout
+
+
 def test_no_flags_prints_the_help_and_exits_2():
     proc = lbtrain()
     assert proc.returncode == 2
