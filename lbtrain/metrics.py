@@ -330,13 +330,18 @@ class Progress:
         if not self.live:
             print(text, file=self.stream, flush=True)
             return
+        # the terminal's size now (it may have been resized); a pseudo-terminal that reports 0 x 0 gets 100 x 24
+        # (tqdm draws nothing on a terminal of 0 rows)
+        size = shutil.get_terminal_size((100, 24))
+        width = size.columns or 100
         if self._bar is None:
             from tqdm import tqdm
 
-            self._bar = tqdm(total=self.total, initial=step, file=self.stream, desc=text, dynamic_ncols=True,
-                             bar_format="{percentage:3.0f}%|{bar}| {desc}", mininterval=0)  # fmt: skip
+            self._bar = tqdm(total=self.total, initial=step, file=self.stream, desc=text, ncols=width,
+                             nrows=size.lines or 24, bar_format="{percentage:3.0f}%|{bar}| {desc}",
+                             mininterval=0)  # fmt: skip
         else:
-            self._bar.n = step
+            self._bar.n, self._bar.ncols = step, width
             self._bar.set_description_str(text, refresh=True)
 
     def pause(self) -> None:
