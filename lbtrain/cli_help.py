@@ -108,8 +108,8 @@ def examples(configs_prefix: str) -> list[tuple[str, str]]:
          "a smoke run: seconds on a CPU"),
         (f"lbtrain --config={p}/mnist_lstm.py:batch=256,scheme=legw --workdir=/tmp/mnist_256",
          "MNIST-LSTM at 16x the base batch, LR and warmup scaled by LEGW"),
-        (f"lbtrain --config={p}/ptb_lstm.py:runlocal=True,batch=80 --config.num_epochs=2 --config.optim.clip_norm=1.0 "
-         "--workdir=/tmp/lm_80",
+        (f"lbtrain --config={p}/ptb_lstm.py:runlocal=True,batch=80 --config.num_epochs=2 --config.optim.clip_norm=1.0"
+         + " --workdir=/tmp/lm_80",
          "the small language model at batch 80 for 2 epochs, clipping at global norm 1"),
     ]  # fmt: skip
 
