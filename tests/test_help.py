@@ -118,8 +118,11 @@ def test_configs_are_found_from_the_current_folder_or_next_to_the_package(tmp_pa
 
 
 def test_help_is_quick_and_imports_no_jax():
-    code = "import sys; sys.argv = ['lbtrain', '--help']\ntry:\n    from lbtrain import main; main.run()\n" \
-           "except SystemExit:\n    pass\nprint('JAX' if 'jax' in sys.modules else 'NOJAX', file=sys.stderr)"  # fmt: skip
+    code = (
+        "import sys\nsys.argv = ['lbtrain', '--help']\n"
+        "try:\n    from lbtrain import main\n    main.run()\nexcept SystemExit:\n    pass\n"
+        "print('JAX' if 'jax' in sys.modules else 'NOJAX', file=sys.stderr)"
+    )
     proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=False,
                           timeout=60)
     assert proc.stderr.strip().endswith("NOJAX"), proc.stderr
