@@ -146,14 +146,23 @@ def help_text(cwd: str | os.PathLike | None = None) -> str:
            "visible device (CPU, GPU or TPU) and writes its metrics, checkpoints and results to --workdir.",
            "", FLAGS, ""]  # fmt: skip
     if folder is None:
-        out += ["configs: none found (looked in ./configs and in the configs/ folder next to the installed",
-                "package); clone the repository and install it with `pip install -e .` to get them.", ""]
+        out += [
+            "configs: none found (looked in ./configs and in the configs/ folder next to the installed",
+            "package); clone the repository and install it with `pip install -e .` to get them.",
+            "",
+        ]
         prefix = "configs"
     else:
         prefix = _shown(folder, cwd_path)
         where = "the current folder" if folder == cwd_path / "configs" else "the repository lbtrain runs from"
-        out += [textwrap.fill(f"configs (in {prefix}/, found in {where}; each file's docstring lists its commands):",
-                              WIDTH, subsequent_indent="  ", break_long_words=False)]
+        out += [
+            textwrap.fill(
+                f"configs (in {prefix}/, found in {where}; each file's docstring lists its commands):",
+                WIDTH,
+                subsequent_indent="  ",
+                break_long_words=False,
+            )
+        ]
         out += [_config_block(i) for i in infos] + [""]
     out += ["examples:"]
     for command, what in examples(prefix):

@@ -123,6 +123,7 @@ def test_help_is_quick_and_imports_no_jax():
         "try:\n    from lbtrain import main\n    main.run()\nexcept SystemExit:\n    pass\n"
         "print('JAX' if 'jax' in sys.modules else 'NOJAX', file=sys.stderr)"
     )
-    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=False,
-                          timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=False, timeout=60
+    )
     assert proc.stderr.strip().endswith("NOJAX"), proc.stderr
