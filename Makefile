@@ -1,9 +1,9 @@
-# The two commands of the README: `make demo` and `make test`.
+# The two commands of the README, `make demo` and `make test`, and a quicker test subset, `make test-quick`.
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: venv demo test clean
+.PHONY: venv demo test test-quick clean
 
 $(BIN)/lbtrain: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -19,6 +19,12 @@ demo: venv
 
 test: venv
 	$(BIN)/python -m pytest -q tests
+
+# The fast part of the suite: the optax library, the configs, --help, the progress line and the README's quick
+# blocks (`pytest -m "not slow" tests` is everything but the end-to-end runs, and takes most of `make test`).
+QUICK_TESTS := tests/optim tests/test_config.py tests/test_help.py tests/test_progress.py tests/test_readme.py
+test-quick: venv
+	$(BIN)/python -m pytest -q -m "not slow" $(QUICK_TESTS)
 
 clean:
 	rm -rf $(VENV) runs

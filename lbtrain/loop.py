@@ -126,6 +126,7 @@ class _Session:
 
     def evaluate(self, step: int, again: bool = False) -> None:
         """Evaluate and log; ``again``: a finished run re-reports its final metrics (rows already logged stay)."""
+        self.progress.pause()
         results = self.run.evaluate(self.state.params, self.state.model_state)
         for split, res in results.items():
             ev = {**res.metrics, "epoch": step / self.plan.steps_per_epoch, "train_time_s": self.train_time}
@@ -154,6 +155,7 @@ class _Session:
         self.lock.check()  # another run took the workdir over (a stale lock): stop here, nothing lost
 
     def close(self) -> None:
+        self.progress.close()
         self.writer.close()
         self.checkpoints.close()
 
@@ -162,12 +164,16 @@ def _iterate(s: _Session, preemption: PreemptionWatch) -> bool:
     """Train from the state's step to the end; returns False when a preemption stopped it (saved)."""
     plan, run = s.plan, s.run
     step, total = int(s.state.step), plan.total_steps
+    first = step
     s.progress.start(step)
     t_seg = time.perf_counter()
     data_iter = run.batches.iterate(step)
     while step < total:
         s.state, metrics = run.train_step(s.state, run.global_batch(next(data_iter)))
         step += 1
+        if step == first + 1:  # this step compiled the train step: rates and the ETA start after it
+            jax.block_until_ready(s.state)
+            s.progress.compiled(step)
         if preemption.requested(step):
             s.save(step)
             return False

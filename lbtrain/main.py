@@ -1,4 +1,9 @@
-"""The ``lbtrain`` command: ``lbtrain --config=configs/X.py[:arg] --workdir=DIR [--config.a.b=v]``."""
+"""The ``lbtrain`` command: ``lbtrain --config=configs/X.py[:arg] --workdir=DIR [--config.a.b=v]``.
+
+``lbtrain -h`` / ``--help`` prints :func:`lbtrain.cli_help.help_text` (the flags, every config and its
+args, examples) and exits 0 (``--helpfull`` adds absl's flags); ``lbtrain`` with no flags prints the same
+to stderr and exits 2.
+"""
 
 from __future__ import annotations
 
@@ -81,7 +86,22 @@ def main(argv) -> None:
         _fail(_one_line(e) if str(e).strip() else type(e).__name__)
 
 
+HELP_FLAGS = ("-h", "--help", "-help", "--helpshort", "-?")
+
+
 def run() -> None:
+    from lbtrain import cli_help
+
+    args = sys.argv[1:]
+    if not args:
+        sys.stderr.write(cli_help.help_text())
+        sys.exit(2)
+    if "--helpfull" in args:  # absl's own --helpfull exits 1
+        sys.stdout.write(f"{cli_help.help_text()}\nevery flag, absl's included:\n{flags.FLAGS.get_help()}\n")
+        sys.exit(0)
+    if any(a in HELP_FLAGS for a in args):
+        sys.stdout.write(cli_help.help_text())
+        sys.exit(0)
     app.run(main, flags_parser=parse_flags)
 
 

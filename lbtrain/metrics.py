@@ -225,33 +225,133 @@ def format_duration(seconds: float) -> str:
     return f"{h}h{m:02d}m{s:02d}s" if h else (f"{m}m{s:02d}s" if m else f"{s}s")
 
 
-class Progress:
-    """``step 120/3000 | epoch 1.92 | loss 0.5123 | lr 0.0412 | 12,345 ex/s | ETA 1m20s``.
+# What each dataset's ``unit`` counts, in words (the start-up summary and the progress line); the short code
+# stays the prefix of the metrics key (``ex_per_sec``, ``img_per_sec``, ``tok_per_sec``, ``pair_per_sec``).
+UNIT_NAMES = {"ex": "examples", "img": "images", "tok": "tokens", "pair": "sentence pairs"}
 
-    ``items_per_step``: what one step processes (examples, or tokens for a language model: ``unit``)."""
+
+def unit_name(unit: str) -> str:
+    """``"tok"`` -> ``"tokens"``; a word that is not a known code is returned as it is."""
+    return UNIT_NAMES.get(unit, unit)
+
+
+def _live_default(stream) -> bool:
+    """A live bar when ``stream`` is a terminal; plain lines otherwise (a log file, CI, a pipe).
+    ``LBTRAIN_PROGRESS=plain`` or ``=bar`` decides instead."""
+    forced = os.environ.get("LBTRAIN_PROGRESS", "").strip().lower()
+    if forced in ("plain", "bar"):
+        return forced == "bar"
+    try:
+        return bool(stream.isatty()) and os.environ.get("TERM") != "dumb"
+    except (AttributeError, ValueError):  # no isatty, or a closed stream
+        return False
+
+
+class Progress:
+    """The progress of training, at every logged step.
+
+    Plain mode (output is not a terminal: log files, CI, pipes): one line per logged step,
+    ``step 120/3000 | epoch 1.92 | loss 0.5123 | lr 0.0412 | 12,345 tokens/s | ETA 1m20s``.
+    Terminal mode: one live bar (tqdm) with the same fields, redrawn at every logged step; call
+    :meth:`pause` before printing anything else and :meth:`close` at the end.
+
+    The rate excludes compilation: the loop calls :meth:`compiled` once the process's first step has run
+    (it compiles the train step: seconds to minutes, once), and every rate is measured from there. The ETA
+    is (steps left) x (seconds per step, averaged over every timed step since the compile) -- training steps
+    only: the time of evaluations and checkpoints is not in it. Until a step after the compiled one has
+    been timed the ETA says ``measuring`` (a rate from the compiling step would overstate it many times).
+
+    ``items_per_step``: what one step processes, counted in ``unit`` (a code of :data:`UNIT_NAMES` or a
+    word). ``clock``: seconds (tests pass a fake one); ``live``: bar or plain lines (default: see
+    :func:`_live_default`)."""
 
     def __init__(self, total_steps: int, steps_per_epoch: int, items_per_step: int, enabled: bool = True,
-                 stream=None, unit: str = "ex"):  # fmt: skip
+                 stream=None, unit: str = "ex", live: bool | None = None, clock=time.perf_counter):  # fmt: skip
         self.total, self.spe, self.batch, self.enabled = total_steps, steps_per_epoch, items_per_step, enabled
-        self.unit = unit
+        self.unit = unit_name(unit)
         self.stream = stream or sys.stdout
-        self._t, self._step = None, None
+        self.live = enabled and (_live_default(self.stream) if live is None else bool(live))
+        self.clock = clock
+        self._t = self._step = None  # the start of the interval the next rate is measured over
+        self._timed_s, self._timed_steps = 0.0, 0  # post-compile training time and steps, for the ETA
+        self._compile_s = None  # seconds of the compiling step (shown once, on the next line)
+        self._compile_rate = None  # items/s of the interval that held the compiling step
+        self._compile_shown = False
+        self._bar = None
 
     def start(self, step: int) -> None:
-        self._t, self._step = time.perf_counter(), step
+        """Training (re)starts at ``step`` now: after setup or a restore, and after each evaluation."""
+        self._t, self._step = self.clock(), step
+
+    def compiled(self, step: int) -> None:
+        """The first step of this process (the one that compiled the train step) has finished: ``step`` is
+        the step count after it. The time since :meth:`start` is compilation, left out of every rate."""
+        now = self.clock()
+        self._compile_s = now - self._t
+        self._compile_rate = (step - self._step) * self.batch / max(self._compile_s, 1e-9)
+        self._t, self._step = now, step
+
+    def rate(self) -> float | None:
+        """Items per second over every timed step since the compile (``None`` before one was timed)."""
+        return self._timed_steps * self.batch / self._timed_s if self._timed_s > 0 and self._timed_steps else None
+
+    def eta(self, step: int) -> float | None:
+        """Seconds of training left after ``step`` at :meth:`rate` (``None`` while measuring)."""
+        rate = self.rate()
+        return None if rate is None else (self.total - step) * self.batch / rate
 
     def update(self, step: int, loss: float, lr: float) -> float:
-        """Print a line for ``step`` (the number of updates done) and return items/s since the
-        previous call."""
-        now = time.perf_counter()
-        rate = (step - self._step) * self.batch / max(now - self._t, 1e-9)
-        eta = (self.total - step) * self.batch / max(rate, 1e-9)
+        """Show ``step`` (the number of updates done); returns the items/s since the previous call (since the
+        compile, if it fell in between; the compiling step's own rate if no other step has run since)."""
+        now = self.clock()
+        steps, secs = step - self._step, now - self._t
+        if steps > 0 and secs > 0:
+            self._timed_s += secs
+            self._timed_steps += steps
+            interval_rate = steps * self.batch / secs
+        else:
+            interval_rate = self._compile_rate if self._compile_rate is not None else 0.0
         self._t, self._step = now, step
         if self.enabled:
-            print(
-                f"step {step}/{self.total} | epoch {step / self.spe:.2f} | loss {loss:.4f} | lr {lr:.4g} "
-                f"| {rate:,.0f} {self.unit}/s | ETA {format_duration(eta)}",
-                file=self.stream,
-                flush=True,
-            )
-        return rate
+            self._show(step, loss, lr, interval_rate)
+        return interval_rate
+
+    def line(self, step: int, loss: float, lr: float, rate: float) -> str:
+        eta = self.eta(step)
+        fields = [f"step {step}/{self.total}", f"epoch {step / self.spe:.2f}", f"loss {loss:.4f}", f"lr {lr:.4g}",
+                  f"{rate:,.0f} {self.unit}/s", f"ETA {'measuring' if eta is None else format_duration(eta)}"]  # fmt: skip
+        if self._compile_s is not None and not self._compile_shown:
+            fields.append(f"first step (compiling) {self._compile_s:.1f}s")
+            self._compile_shown = True
+        return " | ".join(fields)
+
+    def _show(self, step: int, loss: float, lr: float, rate: float) -> None:
+        text = self.line(step, loss, lr, rate)
+        if not self.live:
+            print(text, file=self.stream, flush=True)
+            return
+        # the terminal's size now (it may have been resized); a pseudo-terminal that reports 0 x 0 gets 100 x 24
+        # (tqdm draws nothing on a terminal of 0 rows)
+        size = shutil.get_terminal_size((100, 24))
+        width = size.columns or 100
+        if self._bar is None:
+            from tqdm import tqdm
+
+            self._bar = tqdm(total=self.total, initial=step, file=self.stream, desc=text, ncols=width,
+                             nrows=size.lines or 24, bar_format="{percentage:3.0f}%|{bar}| {desc}",
+                             mininterval=0)  # fmt: skip
+        else:
+            self._bar.n, self._bar.ncols = step, width
+            self._bar.set_description_str(text, refresh=True)
+
+    def pause(self) -> None:
+        """Clear the bar's line (terminal mode) so other output starts on a clean line; the next update
+        draws it again below."""
+        if self._bar is not None:
+            self._bar.clear()
+
+    def close(self) -> None:
+        """Leave the bar's last state on screen (terminal mode)."""
+        if self._bar is not None:
+            self._bar.close()
+            self._bar = None

@@ -18,6 +18,7 @@ from flax import nnx
 from lbtrain import config_lib, models, optim, parallel, step, tasks
 from lbtrain import data as data_lib
 from lbtrain.errors import ConfigError, ShardingError
+from lbtrain.metrics import unit_name
 
 
 @dataclasses.dataclass(frozen=True)
@@ -44,14 +45,19 @@ class Plan:
     optim: optim.OptimPlan
 
     def describe(self) -> str:
-        p, micro = self.optim, self.per_device_batch // self.accum_steps
+        """The start-up summary. A *step* is one optimizer update (of ``accum_steps`` micro-batches); the
+        batch counts rows (examples, images, sentence pairs, or token streams of a language model), the
+        items line counts ``unit``."""
+        p, micro, unit = self.optim, self.per_device_batch // self.accum_steps, unit_name(self.unit)
         noise = " (2 or more: the noise scale compares micro-batch gradients)" if self.noise_scale else ""
+        rows = f" ({self.global_batch} rows x {self.items_per_step // self.global_batch})" if (
+            self.items_per_step != self.global_batch) else ""  # fmt: skip
         return "\n".join([
             f"devices: {self.devices} ({self.platform}) | processes: {self.processes}",
             f"global batch: {self.global_batch} | per-device batch: {self.per_device_batch} | accumulation steps: "
             f"{self.accum_steps}{noise} (micro-batch per device: {micro}) | eval batch: {self.eval_batch}",
-            f"train {self.unit}: {self.num_train} | {self.unit} per step: {self.items_per_step} | steps/epoch: "
-            f"{self.steps_per_epoch} | total steps: {self.total_steps}",
+            f"train {unit}: {self.num_train:,} | {unit} per step: {self.items_per_step:,}{rows} | steps/epoch: "
+            f"{self.steps_per_epoch} | total steps: {self.total_steps} (a step is one optimizer update)",
             f"optimizer: {p.optimizer} | scheme: {p.scheme} (lr {p.lr_rule}, warmup {p.warmup_rule}) | "
             f"batch ratio k: {p.batch_size / p.base_batch_size:g}",
             f"peak lr: {p.peak_lr:.6g} (base {p.base_lr:g} at batch {p.base_batch_size}) | warmup: "

@@ -36,7 +36,8 @@ def test_embedded_run_learns_and_writes_metrics(tmp_path, capsys):
     base_lr = cfg.optim.base_lr
     peak = base_lr * 2**0.5  # LEGW at k = 32 / 16 = 2
     assert f"peak lr: {peak:.6g} (base {base_lr:g} at batch 16)" in out and "0.5 epochs = 62 steps" in out
-    assert "ETA" in out and "ex/s" in out
+    assert "train examples: 4,000 | examples per step: 32 |" in out
+    assert "examples/s | ETA" in out and "first step (compiling)" in out
     # learned: well above chance (10 %) on the held-out 1,000
     assert result["final"]["accuracy"] > 0.5
     assert result["final"]["examples"] == 1000

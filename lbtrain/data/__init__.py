@@ -3,7 +3,7 @@
 ``Data`` knows how to batch itself: ``train_batches(global_batch, seed, process_index, process_count)``
 (an object with ``steps_per_epoch``, ``batch_at(step)`` and ``iterate(start_step)``), ``eval_splits``
 and ``eval_batches(split, batch, process_index, process_count)``. It also says what it counts
-(``unit``, ``items_per_row``: examples, images or tokens per batch row), ``num_train`` and the facts the
+(``unit``, ``items_per_row``: examples, images, tokens or sentence pairs per batch row), ``num_train`` and the facts the
 model must share with it (``model_args``, e.g. the padding id).
 """
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 class Dataset:
     """Defaults: rows counted as examples, one item per row, nothing the model must share with the data."""
 
-    unit = "ex"  # what the progress line counts per second
+    unit = "ex"  # what the progress line counts per second: a code of lbtrain.metrics.UNIT_NAMES
     items_per_row = 1  # items (examples, images, tokens) per batch row
 
     @property

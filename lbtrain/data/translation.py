@@ -137,6 +137,8 @@ class TranslationData(Dataset):
     max_len: int = 50
     num_samples: int = 3
     eval_splits: tuple[str, ...] = ("valid", "test")
+    unit = "pair"  # sentence pairs (metrics key pair_per_sec)
+
     @property
     def num_train(self) -> int:
         return len(self.train_src)

@@ -1,0 +1,160 @@
+"""The progress line: rates and the ETA leave the compiling step out, units are words, a live bar only on
+a terminal. A fake clock makes every number computable by hand."""
+
+import io
+
+import pytest
+
+from lbtrain.metrics import Progress, format_duration, unit_name
+
+
+class Clock:
+    def __init__(self):
+        self.t = 100.0
+
+    def __call__(self):
+        return self.t
+
+
+class Terminal(io.StringIO):
+    def isatty(self):
+        return True
+
+
+@pytest.fixture(autouse=True)
+def _no_forced_mode(monkeypatch):
+    monkeypatch.delenv("LBTRAIN_PROGRESS", raising=False)
+    monkeypatch.delenv("TERM", raising=False)
+
+
+def test_eta_uses_the_rate_after_the_compiled_step():
+    clock, out = Clock(), io.StringIO()
+    p = Progress(total_steps=1000, steps_per_epoch=100, items_per_step=32, stream=out, unit="ex", clock=clock)
+    p.start(0)
+    clock.t += 30.0  # step 1 compiles: 30 s
+    p.compiled(1)
+    clock.t += 9 * 0.5  # steps 2..10 at 0.5 s each
+    rate = p.update(10, loss=1.25, lr=0.1)
+    assert rate == pytest.approx(9 * 32 / 4.5)  # 64 examples/s; with the compile in it would be 320 / 34.5
+    # by hand: 990 steps left at 0.5 s per step
+    assert p.eta(10) == pytest.approx(495.0)
+    line = out.getvalue().strip()
+    assert line.startswith("step 10/1000 | epoch 0.10 | loss 1.2500 | lr 0.1 | 64 examples/s | ETA 8m15s")
+    assert "first step (compiling) 30.0s" in line
+    assert format_duration(495.0) == "8m15s"
+
+
+def test_eta_averages_every_timed_step_and_leaves_out_evaluations():
+    clock, out = Clock(), io.StringIO()
+    p = Progress(total_steps=100, steps_per_epoch=10, items_per_step=10, stream=out, clock=clock)
+    p.start(0)
+    clock.t += 50.0
+    p.compiled(1)
+    clock.t += 9 * 1.0  # steps 2..10: 1 s each
+    assert p.update(10, 1.0, 0.1) == pytest.approx(10.0)
+    clock.t += 120.0  # an evaluation: not training
+    p.start(10)
+    clock.t += 10 * 2.0  # steps 11..20: 2 s each
+    assert p.update(20, 1.0, 0.1) == pytest.approx(5.0)
+    # 19 timed steps in 29 s; 80 left
+    assert p.eta(20) == pytest.approx(80 * 29 / 19)
+    assert out.getvalue().count("first step (compiling)") == 1
+
+
+def test_eta_is_measuring_until_a_step_after_the_compiled_one_was_timed():
+    clock, out = Clock(), io.StringIO()
+    p = Progress(total_steps=50, steps_per_epoch=10, items_per_step=20, stream=out, unit="tok", clock=clock)
+    p.start(0)
+    clock.t += 8.0
+    p.compiled(1)
+    rate = p.update(1, 3.0, 0.5)  # logging every step: only the compiling step has run
+    assert rate == pytest.approx(20 / 8.0)  # that step's own rate, compile and all
+    assert p.eta(1) is None
+    assert "ETA measuring" in out.getvalue() and "2 tokens/s" in out.getvalue()
+    clock.t += 0.25
+    p.update(2, 3.0, 0.5)
+    assert p.eta(2) == pytest.approx(48 * 0.25)
+    assert "80 tokens/s | ETA 12s" in out.getvalue().splitlines()[-1]
+
+
+def test_a_resumed_run_starts_timing_at_its_checkpoint_step():
+    clock, out = Clock(), io.StringIO()
+    p = Progress(total_steps=200, steps_per_epoch=10, items_per_step=4, stream=out, clock=clock)
+    p.start(150)
+    clock.t += 20.0
+    p.compiled(151)
+    clock.t += 4 * 0.1
+    p.update(155, 1.0, 0.1)
+    assert p.eta(155) == pytest.approx(45 * 0.1)
+    assert out.getvalue().startswith("step 155/200 | epoch 15.50 |")
+
+
+@pytest.mark.parametrize("code, word", [("ex", "examples"), ("img", "images"), ("tok", "tokens"),
+                                        ("pair", "sentence pairs"), ("frames", "frames")])  # fmt: skip
+def test_units_are_words(code, word):
+    assert unit_name(code) == word
+    clock, out = Clock(), io.StringIO()
+    p = Progress(10, 10, 1, stream=out, unit=code, clock=clock)
+    p.start(0)
+    clock.t += 1.0
+    p.update(1, 0.0, 0.0)
+    assert f" {word}/s |" in out.getvalue()
+
+
+def test_plain_lines_when_the_stream_is_not_a_terminal():
+    clock, out = Clock(), io.StringIO()
+    p = Progress(100, 10, 8, stream=out, clock=clock)
+    assert not p.live
+    p.start(0)
+    for step in (10, 20, 30):
+        clock.t += 1.0
+        p.update(step, 0.5, 0.01)
+    p.pause()
+    p.close()
+    lines = out.getvalue().splitlines()
+    assert [x.split(" | ")[0] for x in lines] == ["step 10/100", "step 20/100", "step 30/100"]
+    assert "\r" not in out.getvalue()
+
+
+def test_a_live_bar_on_a_terminal():
+    clock, out = Clock(), Terminal()
+    p = Progress(100, 10, 8, stream=out, clock=clock)
+    assert p.live
+    p.start(0)
+    clock.t += 3.0
+    p.compiled(1)
+    clock.t += 9 * 0.125
+    p.update(10, 0.5, 0.01)
+    clock.t += 10 * 0.125
+    p.update(20, 0.25, 0.01)
+    p.pause()  # before an eval line: the bar's line is cleared
+    out.write("eval line\n")
+    p.close()
+    text = out.getvalue()
+    assert "\r" in text and "%|" in text  # redrawn in place, with a bar
+    assert " 20%|" in text and "step 20/100 | epoch 2.00 | loss 0.2500" in text
+    assert "64 examples/s | ETA 10s" in text  # 80 steps left at 0.125 s
+    assert text.count("\n") == 2  # the eval line and the bar left on screen at close: no line per update
+
+
+@pytest.mark.parametrize("setting, live", [("plain", False), ("bar", True)])
+def test_the_environment_can_choose_the_mode(monkeypatch, setting, live):
+    monkeypatch.setenv("LBTRAIN_PROGRESS", setting)
+    assert Progress(10, 10, 1, stream=Terminal()).live is live
+    assert Progress(10, 10, 1, stream=io.StringIO()).live is live
+
+
+def test_a_dumb_terminal_gets_plain_lines(monkeypatch):
+    monkeypatch.setenv("TERM", "dumb")
+    assert not Progress(10, 10, 1, stream=Terminal()).live
+
+
+def test_disabled_progress_prints_nothing_but_still_measures():
+    clock, out = Clock(), Terminal()
+    p = Progress(10, 10, 2, enabled=False, stream=out, clock=clock)
+    p.start(0)
+    clock.t += 2.0
+    assert p.update(2, 0.0, 0.0) == pytest.approx(2.0)
+    p.pause()
+    p.close()
+    assert out.getvalue() == ""
