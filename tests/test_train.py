@@ -35,7 +35,7 @@ def test_embedded_run_learns_and_writes_metrics(tmp_path, capsys):
     assert "steps/epoch: 125 | total steps: 250" in out
     base_lr = cfg.optim.base_lr
     peak = base_lr * 2**0.5  # LEGW at k = 32 / 16 = 2
-    assert f"peak lr: {peak:.6g} (base {base_lr:g} at batch 16)" in out and "0.5 epochs = 62 steps" in out
+    assert f"peak lr: {peak:.6g} (base {base_lr:g} at batch 16)" in out and "0.5 epochs = 63 steps" in out  # ceil(62.5)
     assert "train examples: 4,000 | examples per step: 32 |" in out
     assert "examples/s | ETA" in out and "first step (compiling)" in out
     # learned: well above chance (10 %) on the held-out 1,000
@@ -47,8 +47,8 @@ def test_embedded_run_learns_and_writes_metrics(tmp_path, capsys):
     assert [r["step"] for r in eval_rows] == [125, 250]  # the held-out split is logged as kind "eval"
     assert {"loss", "lr", "grad_norm", "update_norm", "param_norm", "ex_per_sec", "epoch"} <= set(train_rows[0])
     assert train_rows[-1]["loss"] < train_rows[0]["loss"]
-    # logged LR is the schedule's: warmup is 62 steps, logged after the update at step 10 used lr(9)
-    assert train_rows[0]["step"] == 10 and train_rows[0]["lr"] == pytest.approx(peak * 9 / 62, rel=1e-4)
+    # logged LR is the schedule's: warmup is 63 steps, logged after the update at step 10 used lr(9)
+    assert train_rows[0]["step"] == 10 and train_rows[0]["lr"] == pytest.approx(peak * 9 / 63, rel=1e-4)
     assert any(f.startswith("events.out.tfevents") for _, _, fs in os.walk(tmp_path / "tb") for f in fs)
     assert (tmp_path / "results.json").exists() and (tmp_path / "config.json").exists()
 
