@@ -181,8 +181,10 @@ def caveats(exp: Experiment, plan: Plan, s: dict, local: bool) -> list[str]:
         "standard error; differences within about two standard errors are noise.",
         "- The speedup is a step-count speedup (updates to reach the target, Shallue et al. 2018). Wall-clock time "
         f"on {hw.get('cpu_count', '?')} CPU cores says nothing about a TPU or GPU, where a larger batch costs "
-        "almost the same time per step.",
-        f"- Hardware and versions: {hw.get('device_kind', '?')} x {hw.get('devices', '?')} ({hw.get('platform', '?')}), "
+        "almost the same time per step. Steps are counted at evaluations (every eval_every_epochs), so a "
+        "count is exact only to one evaluation interval.",
+        f"- Hardware and versions: {hw.get('devices', '?')} {hw.get('platform', '?')} device(s) "
+        f"({hw.get('device_kind', '?')}, {hw.get('cpu_count', '?')} CPU cores), "
         f"jax {ver.get('jax', '?')}, flax {ver.get('flax', '?')}, optax {ver.get('optax', '?')}; code "
         f"{', '.join(commits) or '?'}{' (with uncommitted changes)' if dirty else ''}.",
         f"- Protocol: [{PROTOCOL}](../../{PROTOCOL}) (target fixed from the base runs, budget with slack, "
@@ -215,13 +217,16 @@ def main_table(exp: Experiment, s: dict, agg: dict) -> list[str]:
     noise = s["noise"]
     noise_cols = [n["window"] for n in noise]
     head = ["batch", "k"] + cols + [f"batch / B_simple ({w})" for w in noise_cols]
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    lines = []
+    if base:
+        lines += [f"Base batch {base['batch']} (the recipe; every column starts from it): {cell(base)}.", ""]
+    lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     keys = sorted({k for (k, c) in agg if c != "base" and agg[(k, c)]} | ({base["batch"]} if base else set()))
     for k in keys:
         label = f"{k} (base)" if base and k == base["batch"] else str(k)
         ratio = k / base["batch"] if base else float("nan")
         row = [label, f"{ratio:g}"]
-        row += [cell(base) if base and k == base["batch"] else cell(agg.get((k, c))) for c in cols]
+        row += ["=" if base and k == base["batch"] else cell(agg.get((k, c))) for c in cols]
         for n in noise:
             per_row = n["count_per_update"] / base["batch"] if base and n["count_per_update"] else None
             row.append(fmt(k * per_row / n["b_simple"], 2) if per_row and n["b_simple"] else "-")
