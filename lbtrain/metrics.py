@@ -240,16 +240,17 @@ class Progress:
     def start(self, step: int) -> None:
         self._t, self._step = time.perf_counter(), step
 
-    def update(self, step: int, loss: float, lr: float) -> float:
+    def update(self, step: int, loss: float, lr: float, loss_per_token: float | None = None) -> float:
         """Print a line for ``step`` (the number of updates done) and return items/s since the
-        previous call."""
+        previous call. ``loss_per_token``: shown beside a loss that is not per token (``4.91/tok``)."""
         now = time.perf_counter()
         rate = (step - self._step) * self.batch / max(now - self._t, 1e-9)
         eta = (self.total - step) * self.batch / max(rate, 1e-9)
         self._t, self._step = now, step
         if self.enabled:
+            per_token = "" if loss_per_token is None else f" ({loss_per_token:.4f}/tok)"
             print(
-                f"step {step}/{self.total} | epoch {step / self.spe:.2f} | loss {loss:.4f} | lr {lr:.4g} "
+                f"step {step}/{self.total} | epoch {step / self.spe:.2f} | loss {loss:.4f}{per_token} | lr {lr:.4g} "
                 f"| {rate:,.0f} {self.unit}/s | ETA {format_duration(eta)}",
                 file=self.stream,
                 flush=True,
