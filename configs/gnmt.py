@@ -2,9 +2,14 @@
 
 Base recipe (the WMT16 en-de GNMT v2 setup: 4 + 4 layers of 1024 units, first encoder layer
 bidirectional, dropout 0.2, 32k shared BPE vocabulary, max length 50, beam 10 with length penalty 1.0):
-Adam (lr 1e-3 at batch 256, label smoothing 0.1, as in the MLPerf GNMT reference), a short warmup
-(W0 = 1/64 epoch at the base batch) and GNMT's step decay: x0.5 four times over the last third of
-training. LEGW / linear / sqrt scale it to other batch sizes (paper: x16 with no loss).
+Adam (lr 1e-3, label smoothing 0.1, global-norm clip 5, as in the MLPerf GNMT reference; its base batch
+here is 256 sentences, tensorflow/nmt's SGD recipe uses 128), a short warmup (W0 = 1/64 epoch at the base
+batch) and GNMT's step decay: x0.5 four times over the last third of training. LEGW / linear / sqrt scale
+it to other batch sizes (paper: x16 with no loss). The training loss is reduced as both sources reduce it
+(``loss_reduction="sequence"``): cross-entropy summed over each sentence's target tokens, averaged over the
+sentences; the clip at 5 acts on that loss's gradient (Adam itself is almost invariant to the loss scale).
+The logged train ``loss`` is per sentence, ``loss_per_token`` per token; eval loss/perplexity are per token.
+``tests/test_recipes.py`` checks the first updates against that formula.
 
 Local (offline; the numbers task, tiny model, ~1 min):
   lbtrain --config=configs/gnmt.py:runlocal=True --workdir=/tmp/gnmt_numbers
@@ -54,6 +59,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     config = ml_collections.ConfigDict()
     config.seed = 0
     config.task = "translation"
+    # sequence: cross-entropy summed over each sentence's target tokens, averaged over the sentences (tensorflow/nmt
+    # and the MLPerf reference: the units of their clip 5) | token: the mean per target token
+    config.loss_reduction = "sequence"
     config.batch_size = a.batch or base_batch  # sentence pairs per update (global, over all devices)
     config.eval_batch_size = 128
     config.num_epochs = float(a.epochs or (4 if a.runlocal else epochs))
@@ -105,7 +113,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
         base_lr=1e-3,
         base_batch_size=base_batch,
         scheme=a.scheme,
-        clip_norm=5.0,
+        clip_norm=5.0,  # on the gradient of the per-sentence loss (loss_reduction="sequence"), as in both sources
         # GNMT's step decay: x0.5 at 2/3 of the budget and three more times over the last third
         schedule=dict(warmup_epochs=1 / 64, decay="multistep",
                       multistep=dict(factor=0.5, boundaries=tuple(budget * (2 / 3 + i / 12) for i in range(4)))),

@@ -211,6 +211,14 @@ def validate(config) -> None:
     _choice("task", config.task, tuple(tasks.TASKS))
     _choice("resume_policy", config.get("resume_policy", "strict"), RESUME_POLICIES)
     _choice("nan_policy", config.get("nan_policy", "stop"), ("stop", "skip"))
+    if config.task in tasks.REDUCING_TASKS:
+        if "loss_reduction" not in config:
+            raise ConfigError(f"task {config.task!r} needs loss_reduction (token | sequence) in the config")
+        _choice("loss_reduction", config.loss_reduction, ("token", "sequence"))
+    elif "loss_reduction" in config:
+        raise ConfigError(
+            f"loss_reduction is set but task {config.task!r} does not read it: it would be ignored; remove it"
+        )
     for key, lo, hi, lo_open, integer in RANGES:
         node = config
         for part in key.split("."):

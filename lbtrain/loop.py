@@ -142,7 +142,7 @@ class _Session:
 
     def log(self, step: int, metrics, t_seg: float) -> None:
         m = {k: float(v) for k, v in jax.device_get(metrics).items()}
-        m[f"{self.plan.unit}_per_sec"] = self.progress.update(step, m["loss"], m["lr"])
+        m[f"{self.plan.unit}_per_sec"] = self.progress.update(step, m["loss"], m["lr"], m.get("loss_per_token"))
         m["epoch"] = step / self.plan.steps_per_epoch
         m["train_time_s"] = self.train_time + (time.perf_counter() - t_seg)
         self.writer.write(step, "train", m)

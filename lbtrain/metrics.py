@@ -300,9 +300,10 @@ class Progress:
         rate = self.rate()
         return None if rate is None else (self.total - step) * self.batch / rate
 
-    def update(self, step: int, loss: float, lr: float) -> float:
+    def update(self, step: int, loss: float, lr: float, loss_per_token: float | None = None) -> float:
         """Show ``step`` (the number of updates done); returns the items/s since the previous call (since the
-        compile, if it fell in between; the compiling step's own rate if no other step has run since)."""
+        compile, if it fell in between; the compiling step's own rate if no other step has run since).
+        ``loss_per_token``: shown beside a loss that is not per token (``loss 72.35 (3.6175/tok)``)."""
         now = self.clock()
         steps, secs = step - self._step, now - self._t
         if steps > 0 and secs > 0:
@@ -313,20 +314,21 @@ class Progress:
             interval_rate = self._compile_rate if self._compile_rate is not None else 0.0
         self._t, self._step = now, step
         if self.enabled:
-            self._show(step, loss, lr, interval_rate)
+            self._show(step, loss, lr, interval_rate, loss_per_token)
         return interval_rate
 
-    def line(self, step: int, loss: float, lr: float, rate: float) -> str:
+    def line(self, step: int, loss: float, lr: float, rate: float, loss_per_token: float | None = None) -> str:
         eta = self.eta(step)
-        fields = [f"step {step}/{self.total}", f"epoch {step / self.spe:.2f}", f"loss {loss:.4f}", f"lr {lr:.4g}",
+        shown_loss = f"loss {loss:.4f}" + ("" if loss_per_token is None else f" ({loss_per_token:.4f}/tok)")
+        fields = [f"step {step}/{self.total}", f"epoch {step / self.spe:.2f}", shown_loss, f"lr {lr:.4g}",
                   f"{rate:,.0f} {self.unit}/s", f"ETA {'measuring' if eta is None else format_duration(eta)}"]  # fmt: skip
         if self._compile_s is not None and not self._compile_shown:
             fields.append(f"first step (compiling) {self._compile_s:.1f}s")
             self._compile_shown = True
         return " | ".join(fields)
 
-    def _show(self, step: int, loss: float, lr: float, rate: float) -> None:
-        text = self.line(step, loss, lr, rate)
+    def _show(self, step: int, loss: float, lr: float, rate: float, loss_per_token: float | None = None) -> None:
+        text = self.line(step, loss, lr, rate, loss_per_token)
         if not self.live:
             print(text, file=self.stream, flush=True)
             return

@@ -125,7 +125,7 @@ def make_train_step(graphdef, tx: optax.GradientTransformation, task, nan_policy
         limit = max_consecutive_skips if max_consecutive_skips > 0 else jnp.iinfo(jnp.int32).max
         stalled_at = jnp.where((state.stalled_at < 0) & (streak >= limit), state.step + 1, state.stalled_at)
         metrics = {
-            "loss": loss,
+            "loss": loss,  # the trained objective: per token, per sequence or per example (the task's count)
             "lr": optim.current_lr(opt_state),
             "grad_norm": _tree_norm(grads),
             "update_norm": _tree_norm(updates),
@@ -133,6 +133,9 @@ def make_train_step(graphdef, tx: optax.GradientTransformation, task, nan_policy
             "skipped_updates": skipped,
             "loss_count": count,  # what the loss averages over in this update (examples, sequences or tokens)
         }
+        tokens = task.token_count(batch) if hasattr(task, "token_count") else None
+        if tokens is not None:  # the loss is per sequence: also log it per token (log perplexity)
+            metrics["loss_per_token"] = loss_sum / tokens
         if noise_scale and small_sq is not None:
             grad_sq, trace = optim.noise_scale_terms(small_sq, optim.tree_sq_norm(grads), count / accum_steps, count)
             metrics.update(noise_grad_sq=grad_sq, noise_trace=trace, noise_scale=trace / grad_sq)

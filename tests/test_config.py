@@ -93,6 +93,18 @@ def test_misplaced_or_out_of_range_keys_fail_with_one_line_naming_them(key, valu
     assert "\n" not in str(err.value)
 
 
+def test_loss_reduction_is_a_choice_read_only_by_the_tasks_that_reduce_over_tokens():
+    ptb = config_lib.load_config("configs/ptb_lstm.py")
+    assert ptb.loss_reduction == config_lib.load_config("configs/gnmt.py").loss_reduction == "sequence"
+    ptb.unlock()
+    ptb.loss_reduction = "mean"
+    with pytest.raises(config_lib.ConfigError, match="unknown loss_reduction 'mean'; valid choices: token, sequence"):
+        config_lib.validate(ptb)
+    ptb.loss_reduction, ptb.task = "token", "classification"
+    with pytest.raises(config_lib.ConfigError, match="loss_reduction is set but task 'classification' does not read"):
+        config_lib.validate(ptb)
+
+
 def test_the_selected_blocks_act_and_the_others_keep_their_defaults():
     cfg = mnist()
     cfg.optim.name, cfg.optim.weight_decay = "lars", 1e-4

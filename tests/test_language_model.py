@@ -63,9 +63,28 @@ def test_train_state_carries_the_streams():
             batch = {"inputs": x[:, w * T : (w + 1) * T], "targets": y[:, w * T : (w + 1) * T],
                      "reset": np.full((4,), 1.0 if w == 0 else 0.0, np.float32)}  # fmt: skip
             state, metrics = run.train_step(state, run.global_batch({k: np.asarray(v) for k, v in batch.items()}))
-            total += float(metrics["loss"]) * 4 * T
+            total += float(metrics["loss_per_token"]) * 4 * T  # "loss" is per window: the sum / 4 streams
+            assert float(metrics["loss"]) == pytest.approx(float(metrics["loss_per_token"]) * T, rel=1e-6)
         losses[T] = total
     assert losses[5] == pytest.approx(losses[10], rel=1e-5)
+
+
+def test_sequence_reduction_counts_streams_and_eval_stays_per_token():
+    """Reduction "sequence": the NLL summed over T, averaged over the streams with a real token; eval counts tokens."""
+    model = tiny_lm()
+    x, y = windows()
+    weight = jnp.ones(x.shape).at[2].set(0.0).at[1, 4:].set(0.0)  # stream 2 is padding, stream 1 half of it
+    batch = {"inputs": x, "targets": y, "reset": jnp.ones((3,)), "weight": weight}
+    carry = model.initial_state(3)
+    by_token, by_seq = tasks.LanguageModelTask("token"), tasks.LanguageModelTask("sequence")
+    nll_t, n_t, _ = by_token.loss(model, batch, carry)
+    nll_s, n_s, _ = by_seq.loss(model, batch, carry)
+    assert float(nll_s) == pytest.approx(float(nll_t)) and float(n_t) == 10 + 4 and float(n_s) == 2
+    assert float(by_seq.token_count(batch)) == 14 and by_token.token_count(batch) is None
+    assert float(by_seq.token_count({k: v for k, v in batch.items() if k != "weight"})) == x.size
+    sums_t, _ = by_token.eval_metrics(model, batch, carry)
+    sums_s, _ = by_seq.eval_metrics(model, batch, carry)
+    assert float(sums_s["count"]) == float(sums_t["count"]) == 14
 
 
 def test_uniform_model_has_perplexity_equal_to_vocab_size():

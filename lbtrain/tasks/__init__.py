@@ -12,15 +12,18 @@ from lbtrain.tasks.translation import DecodingEvaluator, TranslationTask
 
 def _translation(config):
     d = config.decode
-    return TranslationTask(beam_size=d.beam_size, alpha=d.alpha, max_len=d.max_len)
+    return TranslationTask(beam_size=d.beam_size, alpha=d.alpha, max_len=d.max_len, reduction=config.loss_reduction)
 
 
-# name -> builder(whole config): a task reads the config blocks it owns (translation: decode)
+# name -> builder(whole config): a task reads the config keys it owns (language_model: loss_reduction;
+# translation: loss_reduction, decode)
 TASKS = {
     "classification": lambda config: ClassificationTask(),
-    "language_model": lambda config: LanguageModelTask(),
+    "language_model": lambda config: LanguageModelTask(reduction=config.loss_reduction),
     "translation": _translation,
 }
+# the tasks that read config.loss_reduction ("token" | "sequence"); any other task refuses the key
+REDUCING_TASKS = ("language_model", "translation")
 
 
 def make(config):
@@ -30,5 +33,5 @@ def make(config):
     return TASKS[config.task](config)
 
 
-__all__ = ["ClassificationTask", "DecodingEvaluator", "LanguageModelTask", "MetricEvaluator", "SplitResult", "TASKS",
-           "Task", "TranslationTask", "make"]  # fmt: skip
+__all__ = ["REDUCING_TASKS", "TASKS", "ClassificationTask", "DecodingEvaluator", "LanguageModelTask", "MetricEvaluator",
+           "SplitResult", "Task", "TranslationTask", "make"]  # fmt: skip

@@ -1,7 +1,9 @@
 """What every task shares: evaluation as the sum of per-batch metric sums over each eval split.
 
 A task has ``init_carry(model, batch_size)`` (state carried between batches, or None),
-``loss(model, batch, carry) -> (sum, count, carry)``, ``eval_metrics(model, batch, carry) ->
+``loss(model, batch, carry) -> (sum, count, carry)`` (the step trains on sum / count over the global batch),
+optionally ``token_count(batch)`` (the real tokens, when the loss counts sequences: the step then also logs
+``loss_per_token``; None otherwise), ``eval_metrics(model, batch, carry) ->
 (sums, carry)``, ``summarize(sums) -> metrics`` and ``evaluator(...)``, which builds the jitted function
 the loop calls at each evaluation. The loop only asks an evaluator for metrics; what "evaluate" means
 (accuracy, perplexity over the carried-state stream, decoding + BLEU) is the task's.

@@ -5,6 +5,10 @@ Batches are ``{"src", "tgt_in", "tgt_out": int (B, L), optional "weight": float 
 the eval loss never does, so eval perplexity is the model's real one. Each evaluation also decodes every
 eval sentence on device (greedy or beam search) and scores the detokenised output with BLEU and chrF on
 the host (``data.score``).
+
+The training loss is the per-token mean (``loss_reduction="token"``) or, as tensorflow/nmt and the MLPerf
+GNMT reference train, the cross-entropy summed over each sentence's target tokens and averaged over the
+sentences (``"sequence"``); the eval loss and perplexity are per token either way.
 """
 
 from __future__ import annotations
@@ -12,24 +16,44 @@ from __future__ import annotations
 import time
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
 from lbtrain import parallel
 from lbtrain.data.subword import BOS, EOS, PAD
+from lbtrain.errors import ConfigError
 from lbtrain.models.decoding import translate
 from lbtrain.tasks.base import MetricEvaluator, SplitResult, Task
-from lbtrain.tasks.language_model import LanguageModelTask
+from lbtrain.tasks.language_model import REDUCTIONS, LanguageModelTask
 
 
 class TranslationTask(Task):
-    def __init__(self, beam_size: int = 1, alpha: float = 0.0, max_len: int = 100):
+    def __init__(self, beam_size: int = 1, alpha: float = 0.0, max_len: int = 100, reduction: str = "token"):
+        if reduction not in REDUCTIONS:
+            raise ConfigError(f"unknown loss_reduction {reduction!r}; valid choices: {', '.join(REDUCTIONS)}")
         self.decode = dict(beam_size=int(beam_size), alpha=float(alpha), max_len=int(max_len))
+        self.reduction = reduction
 
     def loss(self, model, batch, carry):
-        """(sum of per-token cross-entropy, number of real target tokens, carry)."""
-        loss_sum, count = model.loss(batch["src"], batch["tgt_in"], batch["tgt_out"], batch.get("weight"))
-        return loss_sum, count, carry
+        """(sum of per-token cross-entropy, count, carry); the count is the number of real target tokens
+        (``"token"``) or of sentences with a real weight (``"sequence"``)."""
+        loss_sum, tokens = model.loss(batch["src"], batch["tgt_in"], batch["tgt_out"], batch.get("weight"))
+        return loss_sum, tokens if self.reduction == "token" else self._sentences(batch), carry
+
+    @staticmethod
+    def _sentences(batch) -> jax.Array:
+        w = batch.get("weight")
+        n = batch["tgt_out"].shape[0]
+        return jnp.asarray(n, jnp.float32) if w is None else jnp.sum(w > 0).astype(jnp.float32)
+
+    def token_count(self, batch):
+        """Real target tokens when the training count is sentences (to log a per-token loss)."""
+        if self.reduction == "token":
+            return None
+        real = (batch["tgt_out"] != PAD).astype(jnp.float32)
+        w = batch.get("weight")
+        return jnp.sum(real if w is None else real * w[:, None].astype(jnp.float32))
 
     def eval_metrics(self, model, batch, carry):
         nll, count = model.loss(batch["src"], batch["tgt_in"], batch["tgt_out"], batch.get("weight"),
