@@ -36,7 +36,7 @@ def read_run(run_dir: str) -> dict | None:
             return json.load(f)
 
     results = load("results.json")
-    return {"rows": rows, "results": results, "plan": results.get("plan", {}), "run_plan": results.get("run_plan", {}),
+    return {"rows": rows, "results": results, "failure": load("failure.json"), "plan": results.get("plan", {}), "run_plan": results.get("run_plan", {}),
             "provenance": load("provenance.json"), "config": load("config.json"), "finished": bool(results)}  # fmt: skip
 
 
@@ -59,6 +59,10 @@ def mean_se(values: list[float]) -> tuple[float | None, float | None]:
 def summarize_run(exp: Experiment, run, d: dict | None, target: float | None) -> dict:
     row = {"run": run.name, "batch": run.batch, "scheme": run.scheme, "column": run.column, "seed": run.seed,
            "role": run.role, "lr_factor": run.lr_factor}  # fmt: skip
+    if d and d["failure"]:  # stopped with an lbtrain error (diverged): no final value, never reached the target
+        row.update(status="stopped: " + d["failure"]["error"].replace("lbtrain: error: ", "").split(":")[0],
+                   stopped=True, steps_to_target=None)  # fmt: skip
+        return row
     if not d or not evals(d, exp.split, exp.metric):
         row["status"] = "not run"
         return row
@@ -127,20 +131,20 @@ def cells(exp: Experiment, rows: list[dict]) -> dict:
     """(batch or group, column) -> aggregate over seeds: final mean +- se, steps to target, reached count."""
     out = {}
     for r in rows:
-        if "final" not in r or r["role"] == "noise":
+        if ("final" not in r and not r.get("stopped")) or r["role"] == "noise":
             continue
         key = (r["batch"] if exp.rows == "batch" else r["column"], r["column"])
         out.setdefault(key, []).append(r)
     agg = {}
     for key, rs in out.items():
-        final, final_se = mean_se([r["final"] for r in rs])
+        final, final_se = mean_se([r["final"] for r in rs if "final" in r])
         reached = [r["steps_to_target"] for r in rs if r["steps_to_target"] is not None]
         agg[key] = {"final": final, "final_se": final_se, "seeds": len(rs), "reached": len(reached),
+                    "stopped": sum(bool(r.get("stopped")) for r in rs),
                     "steps_to_target": statistics.fmean(reached) if reached else None,
                     "budget_fraction": statistics.fmean(r["target_at_budget_fraction"] for r in rs
-                                                        if r["target_at_budget_fraction"] is not None) if reached else None,
-                    "total_steps": rs[0]["total_steps"], "peak_lr": rs[0]["peak_lr"],
-                    "warmup_steps": rs[0]["warmup_steps"], "batch": rs[0]["batch"]}  # fmt: skip
+                                                        if r.get("target_at_budget_fraction") is not None)
+                    if reached else None, "batch": rs[0]["batch"]}  # fmt: skip
     return agg
 
 
@@ -208,11 +212,15 @@ def main_table(exp: Experiment, s: dict, agg: dict) -> list[str]:
     def cell(v):
         if v is None:
             return "-"
+        stopped = f", diverged {v['stopped']}/{v['seeds']}" if v["stopped"] else ""
+        if v["final"] is None:
+            return f"diverged {v['stopped']}/{v['seeds']}"
         se = f" +- {fmt(v['final_se'], 2)}" if v["final_se"] is not None else ""
         if v["steps_to_target"] is None:
-            return f"{fmt(v['final'])}{se} (target 0/{v['seeds']})"
+            return f"{fmt(v['final'])}{se} (target 0/{v['seeds']}{stopped})"
         speed = f", x{base_steps / v['steps_to_target']:.2g}" if base_steps else ""
-        return f"{fmt(v['final'])}{se} ({v['steps_to_target']:.0f} steps{speed}, {v['reached']}/{v['seeds']})"
+        return (f"{fmt(v['final'])}{se} ({v['steps_to_target']:.0f} steps{speed}, {v['reached']}/{v['seeds']}"
+                f"{stopped})")
 
     noise = s["noise"]
     noise_cols = [n["window"] for n in noise]

@@ -19,6 +19,7 @@ The protocol every experiment follows: docs/reproduce.md.
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import shlex
 import shutil
@@ -67,28 +68,38 @@ def run_command(exp, run, plan, workdir: str, extra=()) -> list[str]:
 
 
 def train_run(exp, run, plan, runs_dir: str, extra=()) -> tuple[str, str]:
+    """Train one run (or resume it). A run that stops with one of lbtrain's own errors (e.g. it diverged) is
+    a result too: ``failure.json`` records it and the run is not tried again."""
     workdir = os.path.join(runs_dir, run.name)
     if os.path.isfile(os.path.join(workdir, "results.json")):
         return run.name, "finished earlier"
+    if os.path.isfile(os.path.join(workdir, "failure.json")):
+        return run.name, "failed earlier"
     os.makedirs(workdir, exist_ok=True)
     with open(os.path.join(workdir, "stdout.log"), "a") as log:
         proc = subprocess.run(run_command(exp, run, plan, workdir, extra), cwd=ROOT, stdout=log,
                               stderr=subprocess.STDOUT)  # fmt: skip
     if proc.returncode != 0:
+        with open(os.path.join(workdir, "stdout.log")) as log:
+            errors = [line.strip() for line in log if line.startswith("lbtrain: error:")]
+        if proc.returncode == 1 and errors:  # a one-line lbtrain error, not a crash: record it as the outcome
+            with open(os.path.join(workdir, "failure.json"), "w") as f:
+                json.dump({"exit": proc.returncode, "error": errors[-1]}, f, indent=2)
+            return run.name, f"stopped: {errors[-1]}"
         return run.name, f"failed (exit {proc.returncode}; see {workdir}/stdout.log)"
     return run.name, "done"
 
 
 # ------------------------------------------------------------------------------------------- results
 
-RUN_FILES = ("config.json", "metrics.jsonl", "results.json", "provenance.json")
+RUN_FILES = ("config.json", "metrics.jsonl", "results.json", "provenance.json", "failure.json")
 
 
 def publish(run, runs_dir: str, results_dir: str) -> bool:
     """Copy a finished run's files (not its checkpoints) to ``<results_dir>/runs/<run>/``: what the rendered
     tables are rebuilt from. Returns whether the run has finished."""
     src = os.path.join(runs_dir, run.name)
-    if not os.path.isfile(os.path.join(src, "results.json")):
+    if not any(os.path.isfile(os.path.join(src, name)) for name in ("results.json", "failure.json")):
         return False
     dst = os.path.join(results_dir, "runs", run.name)
     os.makedirs(dst, exist_ok=True)
