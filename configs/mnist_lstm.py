@@ -18,7 +18,8 @@ On a Cloud TPU VM (repo copied to ~/lbtrain, installed with `pip install -e '.[o
     "cd ~/lbtrain && lbtrain --config=configs/mnist_lstm.py:source=tfds,batch=8192,scheme=legw \
      --workdir=gs://$BUCKET/mnist_8k_legw"
 
-Arg keys: batch (global batch; default = the base batch), scheme (legw | linear | sqrt | none),
+Arg keys: batch (global batch; default = the base batch), scheme (legw | linear | sqrt | none, or the ablations
+linear_legw_warmup | sqrt_const_warmup),
 source (embedded | tfds), epochs (epoch budget; default = the recipe's), runlocal (tiny model and
 budget for smoke tests).
 """

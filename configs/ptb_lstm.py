@@ -22,7 +22,8 @@ On a Cloud TPU VM (repo in ~/lbtrain, `pip install 'jax[tpu]' -e '.[offline]'`):
     "cd ~/lbtrain && lbtrain --config=configs/ptb_lstm.py:size=large,batch=1280,scheme=legw \
      --config.data.dir=\\$HOME/ptb --workdir=\\$HOME/runs/ptb_large_1280"
 
-Arg keys: size (small | medium | large), batch (default 20), scheme (legw | linear | sqrt | none),
+Arg keys: size (small | medium | large), batch (default 20), scheme (legw | linear | sqrt | none, or the ablations
+linear_legw_warmup | sqrt_const_warmup),
 corpus (ptb | kjv), epochs (budget; default the size's), runlocal (tiny model on KJV).
 """
 

@@ -25,7 +25,8 @@ On a Cloud TPU pod slice (ImageNet prepared as array_record in gs://$BUCKET/tfds
     --config=configs/resnet50_imagenet.py:batch=32768,scheme=legw --config.data.dir=gs://$BUCKET/tfds \
     --workdir=gs://$BUCKET/runs/rn50_32k
 
-Arg keys: batch (default: the base batch), scheme (legw | linear | sqrt | none), optimizer (lars | momentum
+Arg keys: batch (default: the base batch), scheme (legw | linear | sqrt | none, or the ablations
+linear_legw_warmup | sqrt_const_warmup), optimizer (lars | momentum
 | adam | adagrad | rmsprop), depth (18 | 34 | 50 | 101 | 152), epochs, runlocal.
 """
 

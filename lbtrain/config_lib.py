@@ -80,7 +80,7 @@ def optim_config(**overrides) -> ml_collections.ConfigDict:
     cfg.name = "momentum"  # a key of lbtrain.optim.OPTIMIZERS; its hyper-parameters are in optim.<name>
     cfg.base_lr = 0.1  # peak LR at base_batch_size (the tuned base recipe)
     cfg.base_batch_size = 128  # B0: the batch the base recipe was tuned at
-    cfg.scheme = "legw"  # legw | linear | sqrt | none: how lr and warmup scale with batch/B0
+    cfg.scheme = "legw"  # a key of lbtrain.optim.SCHEMES: how lr and warmup scale with batch/B0
     cfg.clip_norm = 0.0  # global-norm gradient clipping; 0 = off
     cfg.weight_decay = 0.0  # L2 on the gradient (adamw: decoupled; lars/lamb: in their formulas)
     cfg.mask = _block(optim.MASK_DEFAULTS)  # which leaves get weight decay / a trust ratio: ndim >= min_ndim,
