@@ -38,9 +38,11 @@ def train_steps(workdir):
 
 @pytest.mark.slow
 def test_overflowing_updates_are_skipped_then_stop_the_run_with_finite_checkpoints(tmp_path):
-    """base_lr=1e3 with momentum overflows the parameters from a finite gradient: nan_policy=skip judges
-    the new parameters, so none is ever applied, and max_consecutive_skips ends the run in one line."""
+    """base_lr=1e3 with float16 compute overflows within a few steps and every step after: nan_policy=skip drops
+    each bad update, and max_consecutive_skips of them in a row end the run in one line (the step-level
+    judging of updates and new parameters: test_step.py)."""
     proc = lbtrain(tmp_path, MNIST, "--config.optim.base_lr=1e3", "--config.optim.schedule.warmup_epochs=0",
+                   "--config.model.dtype=float16",
                    "--config.nan_policy=skip", "--config.max_consecutive_skips=5", "--config.log_every_steps=1",
                    "--config.checkpoint_every_epochs=0.01")  # fmt: skip
     line = error_line(proc)
@@ -56,7 +58,8 @@ def test_overflowing_updates_are_skipped_then_stop_the_run_with_finite_checkpoin
 
 @pytest.mark.slow
 def test_nan_policy_stop_names_an_overflowing_update(tmp_path):
-    proc = lbtrain(tmp_path, MNIST, "--config.optim.base_lr=1e3", "--config.optim.schedule.warmup_epochs=0")
+    proc = lbtrain(tmp_path, MNIST, "--config.optim.base_lr=1e3", "--config.optim.schedule.warmup_epochs=0",
+                   "--config.model.dtype=float16")
     line = error_line(proc)
     assert "non-finite" in line and "--config.nan_policy=skip" in line
 

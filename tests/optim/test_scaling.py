@@ -35,7 +35,11 @@ def test_schemes_are_rule_pairs():
     assert scheme_rules("legw") == ("sqrt", "linear_epoch")
     assert scheme_rules("linear") == ("linear", "const_epoch")
     assert scheme_rules("sqrt") == ("sqrt", "none")
-    assert set(SCHEMES) == {"legw", "linear", "sqrt", "none"}
+    assert scheme_rules("none") == ("none", "const_epoch")
+    # the ablations that separate LEGW's two parts
+    assert scheme_rules("linear_legw_warmup") == ("linear", "linear_epoch")
+    assert scheme_rules("sqrt_const_warmup") == ("sqrt", "const_epoch")
+    assert set(SCHEMES) == {"legw", "linear", "sqrt", "none", "linear_legw_warmup", "sqrt_const_warmup"}
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,77 @@
+"""The train step judges the loss, the gradient, the update and the new parameters: with nan_policy=skip
+a bad update leaves the state as it was and is counted; the first bad one is recorded with what failed."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+from flax import nnx
+
+from lbtrain import step as step_lib
+
+
+class Scale(nnx.Module):
+    def __init__(self, w):
+        self.w = nnx.Param(jnp.asarray(w, jnp.float32))
+
+
+class LinearTask:
+    """loss = sum over the batch of w * x: the gradient is sum(x), chosen by the test."""
+
+    def init_carry(self, model, batch_size):
+        return None
+
+    def loss(self, model, batch, carry):
+        return jnp.sum(model.w[...] * batch["x"]), jnp.asarray(batch["x"].shape[0], jnp.float32), carry
+
+
+def one_step(w, x, lr, nan_policy):
+    graphdef, params = nnx.split(Scale(w), nnx.Param)
+    params = nnx.to_pure_dict(params)
+    tx = optax.inject_hyperparams(optax.sgd)(learning_rate=lr)
+    step = jax.jit(step_lib.make_train_step(graphdef, tx, LinearTask(), nan_policy, max_consecutive_skips=2))
+    state = step_lib.initial_state(params, {}, tx, None)
+    new, metrics = step(state, {"x": jnp.asarray(x, jnp.float32)})
+    return state, new, metrics
+
+
+@pytest.mark.parametrize(
+    "w, x, lr, kind",
+    [
+        (1.0, [2.0, 4.0], 0.5, None),  # all finite: w - 0.5 * mean(x) = -0.5
+        (1.0, [np.inf, 1.0], 0.5, "loss"),
+        (1.0, [3.0, 3.0], 3e38, "update"),  # the update -3e38 * 3 overflows from a finite gradient
+        (-3e38, [0.25, 0.25], 3e38, "parameter"),  # a finite update (-7.5e37) whose sum with w overflows
+    ],
+)
+def test_the_first_non_finite_quantity_is_named_and_skipped(w, x, lr, kind):
+    state, new, metrics = one_step(w, x, lr, "skip")
+    first_bad = [int(v) for v in new.first_bad]
+    if kind is None:
+        assert float(new.params["w"]) == pytest.approx(1.0 - 0.5 * 3.0)
+        assert first_bad == [-1, -1, -1] and int(new.skipped) == 0 and int(new.streak) == 0
+        return
+    assert first_bad[:2] == [1, step_lib.BAD_KINDS.index(kind)]
+    assert float(new.params["w"]) == float(np.float32(w))  # skipped: the parameters are those before the step
+    assert int(new.skipped) == 1 and int(new.streak) == 1 and int(new.stalled_at) == -1
+    assert int(new.step) == 1  # the update counter still moves: the data position stays exact
+
+
+def test_stop_policy_applies_nothing_skipped_but_records_the_bad_update():
+    _, new, _ = one_step(1.0, [3.0, 3.0], 3e38, "stop")
+    assert int(new.first_bad[0]) == 1 and int(new.first_bad[1]) == step_lib.BAD_KINDS.index("update")
+    assert int(new.skipped) == 1  # counted; the loop raises on first_bad before anything is saved
+
+
+def test_max_consecutive_skips_records_the_step_it_was_reached():
+    graphdef, params = nnx.split(Scale(1.0), nnx.Param)
+    tx = optax.inject_hyperparams(optax.sgd)(learning_rate=0.1)
+    step = jax.jit(step_lib.make_train_step(graphdef, tx, LinearTask(), "skip", max_consecutive_skips=2))
+    state = step_lib.initial_state(nnx.to_pure_dict(params), {}, tx, None)
+    good, bad = {"x": jnp.ones(2)}, {"x": jnp.asarray([np.nan, 1.0])}
+    stalled = []
+    for batch in (bad, good, bad, bad, bad):  # steps 1..5: the streak is 1, 0, 1, 2 (reached at step 4), 3
+        state, _ = step(state, batch)
+        stalled.append(int(state.stalled_at))
+    assert stalled == [-1, -1, -1, 4, 4] and int(state.skipped) == 4 and int(state.streak) == 3
