@@ -174,11 +174,8 @@ def _iterate(s: _Session, preemption: PreemptionWatch) -> bool:
         if step == first + 1:  # this step compiled the train step: rates and the ETA start after it
             jax.block_until_ready(s.state)
             s.progress.compiled(step)
-        if preemption.requested(step):
-            s.save(step)
-            return False
-        if step % plan.checkpoint_every == 0 or step == total:
-            s.save(step)
+        # a step's rows (train, then eval) are written before its checkpoint: save() flushes them first, so
+        # a run killed at any point and resumed from that checkpoint has every row up to its step
         if step % plan.log_every == 0 or step == total:
             check_finite(s.state, s.config.nan_policy, s.checkpoints)
             s.log(step, metrics, t_seg)
@@ -188,6 +185,11 @@ def _iterate(s: _Session, preemption: PreemptionWatch) -> bool:
             s.evaluate(step)
             t_seg = time.perf_counter()
             s.progress.start(step)
+        preempted = preemption.requested(step)
+        if preempted or step % plan.checkpoint_every == 0 or step == total:
+            s.save(step)
+        if preempted:
+            return False
     return True
 
 
@@ -203,22 +205,25 @@ def train(run, workdir: str, lock=None) -> dict[str, Any]:
         rundir.check_writable(workdir)
         with rundir.lock(workdir, parallel.is_writer()) as lock:
             return train(run, workdir, lock)
-    s = _Session(run, workdir, lock)
-    s.resume()
-    try:
-        with jax.set_mesh(run.mesh), PreemptionWatch() as preemption:
-            finished = _iterate(s, preemption)
-            if finished and (not s.history or s.history[-1]["step"] != s.plan.total_steps):
-                s.evaluate(s.plan.total_steps, again=True)  # resumed a finished run: report its final metrics
-    finally:
-        s.close()
-    step, total = int(s.state.step), s.plan.total_steps
-    if not finished:
-        if s.writer_enabled:
-            print(f"preempted at step {step}/{total}: checkpoint saved in {s.checkpoints.directory}; "
-                  "run the same command again to resume", flush=True)  # fmt: skip
-        return {"preempted": True, "step": step, "plan": dataclasses.asdict(s.plan.optim), "state": s.state}
-    return _finish(s)
+    # SIGTERM is caught from the restore to the last file written: once training has ended, a late one
+    # only lets the closing writes finish (results.json, provenance.json) instead of killing them midway
+    with PreemptionWatch() as preemption:
+        s = _Session(run, workdir, lock)
+        s.resume()
+        try:
+            with jax.set_mesh(run.mesh):
+                finished = _iterate(s, preemption)
+                if finished and (not s.history or s.history[-1]["step"] != s.plan.total_steps):
+                    s.evaluate(s.plan.total_steps, again=True)  # resumed a finished run: its final metrics
+        finally:
+            s.close()
+        step, total = int(s.state.step), s.plan.total_steps
+        if not finished:
+            if s.writer_enabled:
+                print(f"preempted at step {step}/{total}: checkpoint saved in {s.checkpoints.directory}; "
+                      "run the same command again to resume", flush=True)  # fmt: skip
+            return {"preempted": True, "step": step, "plan": dataclasses.asdict(s.plan.optim), "state": s.state}
+        return _finish(s)
 
 
 def _finish(s: _Session) -> dict[str, Any]:

@@ -84,6 +84,7 @@ class MetricWriter:
         self.start_step = int(resume_step or 0)
         self.flush_every_s = float(flush_every_s)
         self._tb = self._staging = None
+        self._closed = False
         if not enabled:
             return
         self.workdir = rundir.path(workdir)
@@ -130,6 +131,8 @@ class MetricWriter:
     def write(self, step: int, kind: str, values: dict[str, Any]) -> None:
         if not self.enabled:
             return
+        if self._closed:
+            raise RuntimeError(f"MetricWriter for {self.path}: write() after close()")
         row = {"step": int(step), "kind": kind, **{k: _scalar(v) for k, v in values.items()}}
         replaces = (int(step), kind) in self._rows
         self._rows[(int(step), kind)] = row
@@ -161,7 +164,7 @@ class MetricWriter:
 
     def flush(self) -> None:
         """Store every row written so far (call it before saving a checkpoint)."""
-        if not self.enabled:
+        if not self.enabled or self._closed:
             return
         if self._dirty:
             if self._append is not None:
@@ -186,7 +189,7 @@ class MetricWriter:
         self._last_flush = time.monotonic()
 
     def close(self) -> None:
-        if not self.enabled:
+        if not self.enabled or self._closed:
             return
         self.flush()
         if self._append is not None:
@@ -198,7 +201,7 @@ class MetricWriter:
         if self._staging is not None:
             shutil.rmtree(self._staging, ignore_errors=True)
             self._staging = None
-        self.enabled = False
+        self._closed = True  # rows() still answers (results.json is built from it after the close)
 
 
 def quiet_library_logs() -> None:

@@ -66,7 +66,8 @@ def test_nan_policy_stop_names_an_overflowing_update(tmp_path):
 
 @pytest.mark.slow
 def test_a_second_run_on_a_live_workdir_is_refused_naming_the_owner(tmp_path):
-    first = lbtrain(tmp_path, MNIST, "--config.log_every_steps=1", wait=False)
+    # 100 epochs (25k steps, minutes): the first run is still training when the second one starts up
+    first = lbtrain(tmp_path, MNIST, "--config.num_epochs=100", "--config.log_every_steps=1", wait=False)
     for line in first.stdout:
         if line.startswith("step 5/"):
             break

@@ -39,8 +39,6 @@ def final_params(workdir):
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(reason="known bug (issue 14): on gs:// the row of the checkpoint step is missing after a resume",
-                   strict=False)
 def test_gcs_workdir_killed_and_resumed_is_bit_identical_to_a_local_run(tmp_path, gcs):
     env = dict(os.environ, **gcs.env, PYTHONPATH=ROOT)
     reference = start(tmp_path / "reference", ROOT, env)

@@ -91,6 +91,10 @@ def kill_and_resume(workdir, tmp_path, env=None):
             w.write(s, "valid", {"loss": -s - 0.125})
     assert [r["step"] for r in w.rows("valid")] == [10, 20, 30, 40, 50, 60]
     w.close()
+    # results.json is built after the close, from the whole run's rows (every process's, not only this one's)
+    assert [r["step"] for r in w.rows("valid")] == [10, 20, 30, 40, 50, 60]
+    with pytest.raises(RuntimeError, match="write.. after close"):
+        w.write(61, "train", {"loss": 0.0})
     check_history(workdir, tmp_path, 60, lambda s: s + (0.5 if s <= 20 else 0.25 if s <= 40 else 0.125))
 
 

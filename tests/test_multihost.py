@@ -42,8 +42,6 @@ def params(workdir):
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(reason="known regression (issue 14): 2 processes differ from 1 after the run-directory merge",
-                   strict=False)
 def test_two_processes_equal_one_process(tmp_path):
     address = f"127.0.0.1:{free_port()}"
     procs = [launch(tmp_path / "two", 2, f"--config.distributed.coordinator_address={address}",
