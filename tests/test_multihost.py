@@ -57,8 +57,8 @@ def test_two_processes_equal_one_process(tmp_path):
     assert len(two) == len(one) == 25
     # the same data, steps and updates; only the float32 summation order of the gradient all-reduce differs
     # (gloo adds the two processes' partial sums, XLA the four devices'): measured 1 ulp (1e-7 relative) from
-    # the first logged step and at most 1.2e-6 after 125 steps. A process that trains on the wrong shard of
-    # the batch, or skips the all-reduce, differs by 1e-2 or more from the first logged step on.
+    # the first logged step and at most 1.2e-6 after 125 steps. A wrong shard of the batch or a missing
+    # all-reduce changes the batch's loss itself: one batch's loss differs from the next by ~1e-2 here.
     np.testing.assert_allclose(two, one, rtol=1e-5)
     for a, b in zip(params(tmp_path / "two"), params(tmp_path / "one")):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
