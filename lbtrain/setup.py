@@ -97,17 +97,16 @@ def accumulation(config) -> tuple[int, bool]:
 
 
 def _check_schedule(config, steps_per_epoch: int, global_batch: int) -> None:
-    """The warmup must be shorter than training (the keys named): else the decay could never run."""
-    o = config.optim
-    total = optim.epochs_to_steps(config.num_epochs, steps_per_epoch)
-    _, warmup_rule = optim.scheme_rules(o.scheme)
-    warmup_epochs = optim.scale_warmup_epochs(o.schedule.warmup_epochs, o.base_batch_size, global_batch, warmup_rule)
-    warmup = optim.epochs_to_steps(warmup_epochs, steps_per_epoch)
-    if warmup >= total:
+    """The warmup must be shorter than training (the keys named): else the decay could never run. Checked
+    before the model is built, on the optimizer's own plan."""
+    p = optim.plan(config.optim, batch_size=global_batch, steps_per_epoch=steps_per_epoch,
+                   num_epochs=config.num_epochs)  # fmt: skip
+    if p.warmup_steps >= p.total_steps:
         raise ConfigError(
-            f"optim.schedule.warmup_epochs={o.schedule.warmup_epochs:g} scales to {warmup_epochs:g} epochs "
-            f"({warmup} steps) at batch {global_batch}, not shorter than num_epochs={config.num_epochs:g} ({total} "
-            "steps): lower optim.schedule.warmup_epochs or raise num_epochs"
+            f"optim.schedule.warmup_epochs={config.optim.schedule.warmup_epochs:g} scales to {p.warmup_epochs:g} "
+            f"epochs ({p.warmup_steps} steps) at batch {global_batch}, not shorter than "
+            f"num_epochs={config.num_epochs:g} ({p.total_steps} steps): lower optim.schedule.warmup_epochs or "
+            "raise num_epochs"
         )
 
 

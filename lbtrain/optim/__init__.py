@@ -20,6 +20,7 @@ from lbtrain.optim.factory import (
     decay_arguments,
     make,
     make_schedule,
+    plan,
     trust_ratios,
 )
 from lbtrain.optim.layerwise import TrustRatioState, add_decayed_weights, lamb, lars, safe_norm, scale_by_trust_ratio
@@ -51,7 +52,7 @@ __all__ = [
     "NoiseScaleAverager", "OptimPlan", "Optimizer", "ParamMask", "StaticMask", "TrustRatioState", "add_decayed_weights",
     "base_optimizer", "current_lr", "decay_arguments", "default_mask", "epochs_to_steps", "lamb", "lars",
     "legw_schedule", "make", "make_schedule", "map_params_with_path", "masked_paths", "noise_scale_terms", "param_mask",
-    "path_str", "resolve_mask", "safe_norm", "scale_by_trust_ratio", "scale_lr", "scale_warmup_epochs",
+    "path_str", "plan", "resolve_mask", "safe_norm", "scale_by_trust_ratio", "scale_lr", "scale_warmup_epochs",
     "scaled_schedule", "scheme_rules", "scheme_schedule", "static_mask", "tree_sq_norm", "trust_ratios",
     "warmup_decay_schedule",
 ]  # fmt: skip

@@ -166,28 +166,33 @@ def decay_arguments(sched_cfg) -> tuple[str, dict]:
     return decay, {k: getattr(block, k) for k in defaults}
 
 
-def make_schedule(cfg, *, batch_size: int, steps_per_epoch: int, num_epochs: float) -> tuple[optax.Schedule, OptimPlan]:
-    """The scaled warmup + decay schedule of ``cfg`` at ``batch_size`` and the plan it implies."""
+def plan(cfg, *, batch_size: int, steps_per_epoch: int, num_epochs: float) -> OptimPlan:
+    """What ``cfg`` implies at ``batch_size`` (peak LR, warmup and total updates), without building anything."""
     scheme = str(_get(cfg, "scheme", "legw"))
     lr_rule, warmup_rule = scaling.scheme_rules(scheme)
-    sched_cfg = _get(cfg, "schedule")
-    decay, decay_kwargs = decay_arguments(sched_cfg)
     base_lr, base_batch = float(cfg.base_lr), int(cfg.base_batch_size)
-    base_warmup = float(_get(sched_cfg, "warmup_epochs", 0.0))
-    schedule = schedules.scaled_schedule(
-        base_lr, base_batch, batch_size, base_warmup, steps_per_epoch, num_epochs,
-        lr_rule=lr_rule, warmup_rule=warmup_rule, decay=decay, **decay_kwargs,
-    )  # fmt: skip
-    warmup_epochs = scaling.scale_warmup_epochs(base_warmup, base_batch, batch_size, warmup_rule)
-    plan = OptimPlan(
+    warmup_epochs = scaling.scale_warmup_epochs(float(_get(_get(cfg, "schedule"), "warmup_epochs", 0.0)), base_batch,
+                                                batch_size, warmup_rule)  # fmt: skip
+    return OptimPlan(
         optimizer=str(cfg.name), scheme=scheme, lr_rule=lr_rule, warmup_rule=warmup_rule,
         base_lr=base_lr, peak_lr=scaling.scale_lr(base_lr, base_batch, batch_size, lr_rule),
         base_batch_size=base_batch, batch_size=batch_size, warmup_epochs=warmup_epochs,
         warmup_steps=schedules.epochs_to_steps(warmup_epochs, steps_per_epoch),
         steps_per_epoch=steps_per_epoch, total_steps=schedules.epochs_to_steps(num_epochs, steps_per_epoch),
-        decay=decay,
+        decay=decay_arguments(_get(cfg, "schedule"))[0],
     )  # fmt: skip
-    return schedule, plan
+
+
+def make_schedule(cfg, *, batch_size: int, steps_per_epoch: int, num_epochs: float) -> tuple[optax.Schedule, OptimPlan]:
+    """The scaled warmup + decay schedule of ``cfg`` at ``batch_size`` and the plan it implies."""
+    p = plan(cfg, batch_size=batch_size, steps_per_epoch=steps_per_epoch, num_epochs=num_epochs)
+    sched_cfg = _get(cfg, "schedule")
+    decay, decay_kwargs = decay_arguments(sched_cfg)
+    schedule = schedules.scaled_schedule(
+        p.base_lr, p.base_batch_size, batch_size, float(_get(sched_cfg, "warmup_epochs", 0.0)), steps_per_epoch,
+        num_epochs, lr_rule=p.lr_rule, warmup_rule=p.warmup_rule, decay=decay, **decay_kwargs,
+    )  # fmt: skip
+    return schedule, p
 
 
 def make(cfg, *, batch_size: int, steps_per_epoch: int, num_epochs: float) -> tuple[optax.GradientTransformation, OptimPlan]:
