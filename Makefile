@@ -18,7 +18,7 @@ demo: venv
 	$(BIN)/python scripts/demo.py
 
 test: venv
-	$(BIN)/python -m pytest -q --durations=30 tests
+	$(BIN)/python -m pytest -q -n 2 --dist=worksteal --durations=30 tests
 
 # The fast part of the suite: the optax library, the configs, --help, the progress line and the README's quick
 # blocks (`pytest -m "not slow" tests` is everything but the end-to-end runs, and takes most of `make test`).

@@ -24,8 +24,8 @@ EXPERIMENT = textwrap.dedent(
         name="tiny", config="configs/mnist_lstm.py", metric="accuracy", split="eval", direction="max",
         claim="a claim", tolerance=0.05,
         full=Plan((), "none"),
-        local=Plan(sweep(16, (1, 4), ("legw",), "runlocal=True,epochs=6", seeds=(0, 1), base_lr=0.1,
-                         sensitivity=(2.0,), noise_overrides=None), "runlocal, 6 epochs"),
+        local=Plan(sweep(16, (1, 4), ("legw",), "runlocal=True,epochs=3", seeds=(0, 1), base_lr=0.1,
+                         sensitivity=(2.0,), noise_overrides=None), "runlocal, 3 epochs"),
     )
     """
 )
