@@ -25,6 +25,10 @@ class Terminal(io.StringIO):
 def _no_forced_mode(monkeypatch):
     monkeypatch.delenv("LBTRAIN_PROGRESS", raising=False)
     monkeypatch.delenv("TERM", raising=False)
+    # the bar's width follows the terminal (shutil.get_terminal_size reads COLUMNS first): pinned, so the
+    # tests see the same bar under any runner (a pytest-xdist worker's inherited size may be 80 columns)
+    monkeypatch.setenv("COLUMNS", "160")
+    monkeypatch.setenv("LINES", "24")
 
 
 def test_eta_uses_the_rate_after_the_compiled_step():
