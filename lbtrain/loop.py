@@ -188,7 +188,7 @@ def _iterate(s: _Session, preemption: PreemptionWatch) -> bool:
         preempted = preemption.requested(step)
         if preempted or step % plan.checkpoint_every == 0 or step == total:
             s.save(step)
-        if preempted:
+        if preempted and step < total:  # asked at the last step: the run has finished anyway
             return False
     return True
 
