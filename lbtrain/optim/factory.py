@@ -171,15 +171,16 @@ def plan(cfg, *, batch_size: int, steps_per_epoch: int, num_epochs: float) -> Op
     scheme = str(_get(cfg, "scheme", "legw"))
     lr_rule, warmup_rule = scaling.scheme_rules(scheme)
     base_lr, base_batch = float(cfg.base_lr), int(cfg.base_batch_size)
-    warmup_epochs = scaling.scale_warmup_epochs(float(_get(_get(cfg, "schedule"), "warmup_epochs", 0.0)), base_batch,
-                                                batch_size, warmup_rule)  # fmt: skip
+    sched_cfg = _get(cfg, "schedule")
+    warmup_epochs = scaling.scale_warmup_epochs(float(_get(sched_cfg, "warmup_epochs", 0.0)), base_batch, batch_size,
+                                                warmup_rule)  # fmt: skip
     return OptimPlan(
         optimizer=str(cfg.name), scheme=scheme, lr_rule=lr_rule, warmup_rule=warmup_rule,
         base_lr=base_lr, peak_lr=scaling.scale_lr(base_lr, base_batch, batch_size, lr_rule),
         base_batch_size=base_batch, batch_size=batch_size, warmup_epochs=warmup_epochs,
         warmup_steps=schedules.epochs_to_steps(warmup_epochs, steps_per_epoch),
         steps_per_epoch=steps_per_epoch, total_steps=schedules.epochs_to_steps(num_epochs, steps_per_epoch),
-        decay=decay_arguments(_get(cfg, "schedule"))[0],
+        decay=decay_arguments(sched_cfg)[0],
     )  # fmt: skip
 
 
