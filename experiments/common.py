@@ -79,27 +79,33 @@ def _seeded(run: Run, seed: int) -> Run:
 
 
 def sweep(base: int, multipliers, schemes, extra: str = "", overrides: tuple[str, ...] = (), *, seeds=SEEDS,
-          base_lr: float | None = None, sensitivity=(0.5, 2.0), noise_overrides: tuple[str, ...] | None = ()):  # fmt: skip
+          side_seeds=None, base_lr: float | None = None, sensitivity=(0.5, 2.0),
+          noise_overrides: tuple[str, ...] | None = ()):  # fmt: skip
     """The protocol's runs: the base run (the tuned recipe at the base batch), every ``multiplier x scheme``
-    above it, LEGW's peak LR x each ``sensitivity`` factor at the largest batch (needs ``base_lr``), each
-    for every seed; and one run at the base batch logging the gradient noise scale (``noise_overrides``
-    added; ``None``: no noise run)."""
+    above it, LEGW's peak LR x each ``sensitivity`` factor at the largest batch (needs ``base_lr``); and one
+    run at the base batch logging the gradient noise scale (``noise_overrides`` added; ``None``: no noise run).
+
+    The base runs and the first scheme (the claim's) run for every one of ``seeds``; the other schemes and the
+    sensitivity runs for ``side_seeds`` (default: ``seeds``), the protocol's choice when a run is too slow for
+    three seeds of everything."""
     sep = "," if extra else ""
-    runs = [Run(f"b{base}_base", base, "base", f"batch={base},scheme=legw{sep}{extra}", overrides, "base",
-                role="base")]  # fmt: skip
+    side = seeds if side_seeds is None else side_seeds
+    runs = [(Run(f"b{base}_base", base, "base", f"batch={base},scheme=legw{sep}{extra}", overrides, "base",
+                 role="base"), seeds)]  # fmt: skip
     for m in multipliers:
         if m == 1:
             continue
         b = base * m
-        runs += [Run(f"b{b}_{s}", b, s, f"batch={b},scheme={s}{sep}{extra}", overrides) for s in schemes]
+        runs += [(Run(f"b{b}_{s}", b, s, f"batch={b},scheme={s}{sep}{extra}", overrides), seeds if i == 0 else side)
+                 for i, s in enumerate(schemes)]  # fmt: skip
     if base_lr is not None and sensitivity:
         b = base * max(multipliers)
         for f in sensitivity:
             lr = f"--config.optim.base_lr={base_lr * f:g}"
-            runs.append(Run(f"b{b}_legw_lr{f:g}", b, "legw", f"batch={b},scheme=legw{sep}{extra}", overrides + (lr,),
-                            f"legw, peak lr x{f:g}", role="sensitivity", lr_factor=f))  # fmt: skip
-    out = [_seeded(r, s) for r in runs for s in seeds]
+            runs.append((Run(f"b{b}_legw_lr{f:g}", b, "legw", f"batch={b},scheme=legw{sep}{extra}",
+                             overrides + (lr,), f"legw, peak lr x{f:g}", role="sensitivity", lr_factor=f), side))  # fmt: skip
+    out = [_seeded(r, s) for r, ss in runs for s in ss]
     if noise_overrides is not None:
-        out.append(Run(f"b{base}_noise", base, "base", runs[0].arg,
+        out.append(Run(f"b{base}_noise", base, "base", runs[0][0].arg,
                        overrides + ("--config.noise_scale=True",) + tuple(noise_overrides), "noise", role="noise"))  # fmt: skip
     return tuple(out)

@@ -168,9 +168,28 @@ def write_csv(rows: list[dict], path: str) -> None:
             w.writerow({k: r.get(k) for k in keys})
 
 
+def seeds_line(rows: list[dict]) -> str:
+    """Which seeds ran: one count for every setting, or the count per group of columns when they differ."""
+    by_col: dict[str, set] = {}
+    for r in rows:
+        if r["role"] != "noise":
+            by_col.setdefault(r["column"], set()).add(r["seed"])
+    groups: dict[tuple, list[str]] = {}
+    for col, ss in by_col.items():
+        groups.setdefault(tuple(sorted(ss)), []).append(col)
+    tail = "; differences within about two standard errors are noise."
+    if len(groups) <= 1:
+        seeds = next(iter(groups), ())
+        return (f"- Seeds: {len(seeds)} per setting ({', '.join(map(str, seeds))}); cells show the mean over seeds "
+                f"+- its standard error{tail}")
+    parts = [f"{len(ss)} ({', '.join(map(str, ss))}) for {', '.join(cols)}"
+             for ss, cols in sorted(groups.items(), key=lambda g: (-len(g[0]), g[0]))]
+    return (f"- Seeds: {'; '.join(parts)}. Cells show the mean over seeds +- its standard error (none for a "
+            f"single seed){tail}")
+
+
 def caveats(exp: Experiment, plan: Plan, s: dict, local: bool) -> list[str]:
     rows = [r for r in s["rows"] if "final" in r]
-    seeds = sorted({r["seed"] for r in rows if r["role"] != "noise"})
     prov = next((s["data"][r["run"]]["provenance"] for r in rows if s["data"][r["run"]]["provenance"]), {})
     hw, ver, code = prov.get("hardware", {}), prov.get("versions", {}), prov.get("code", {})
     commits = sorted({r["commit"][:10] for r in rows if r.get("commit")})
@@ -181,8 +200,7 @@ def caveats(exp: Experiment, plan: Plan, s: dict, local: bool) -> list[str]:
         f"- Data and budget: {plan.budget}." + (" This is the scaled-down local plan, not the paper's setup: it "
                                                 "tests the scaling rule on data and models that fit two CPU cores."
                                                 if local else ""),
-        f"- Seeds: {len(seeds)} per setting ({', '.join(map(str, seeds))}); cells show the mean over seeds +- its "
-        "standard error; differences within about two standard errors are noise.",
+        seeds_line(rows),
         "- The speedup is a step-count speedup (updates to reach the target, Shallue et al. 2018). Wall-clock time "
         f"on {hw.get('cpu_count', '?')} CPU cores says nothing about a TPU or GPU, where a larger batch costs "
         "almost the same time per step. Steps are counted at evaluations (every eval_every_epochs), so a "

@@ -74,3 +74,26 @@ def test_targets_steps_seeds_divergence_and_noise(tmp_path):
     first = {p: open(os.path.join(tmp_path, p), "rb").read() for p in os.listdir(tmp_path) if p.startswith("fake")}
     report.render(exp, True, str(tmp_path), out, "python scripts/reproduce.py --experiment=fake --local")
     assert {p: open(os.path.join(tmp_path, p), "rb").read() for p in first} == first
+
+
+def test_side_seeds_run_the_claim_and_base_on_every_seed_and_say_so(tmp_path):
+    runs = sweep(10, (1, 4), ("legw", "linear", "sqrt"), seeds=(0, 1, 2), side_seeds=(0,), base_lr=0.1,
+                 sensitivity=(2.0,), noise_overrides=None)  # fmt: skip
+    names = [r.name for r in runs]
+    assert names == ["b10_base_s0", "b10_base_s1", "b10_base_s2", "b40_legw_s0", "b40_legw_s1", "b40_legw_s2",
+                     "b40_linear_s0", "b40_sqrt_s0", "b40_legw_lr2_s0"]  # fmt: skip
+    assert next(r for r in runs if r.name == "b40_legw_s2").overrides[-1] == "--config.seed=2"
+
+    for name in ("b10_base_s0", "b10_base_s1", "b10_base_s2"):
+        fake_run(tmp_path, name, [0.5, 0.9], 10)
+    fake_run(tmp_path, "b40_legw_s0", [0.5, 0.9], 40)
+    fake_run(tmp_path, "b40_legw_s1", [0.5, 0.7], 40)
+    fake_run(tmp_path, "b40_linear_s0", [0.5, 0.6], 40)
+    exp = experiment()
+    exp = Experiment(exp.name, exp.config, exp.metric, exp.split, exp.direction, exp.claim, exp.tolerance, exp.full,
+                     Plan(runs, "fake"))  # fmt: skip
+    s = report.summarize(exp, exp.local, str(tmp_path), local=True)
+    line = next(x for x in report.caveats(exp, exp.local, s, True) if x.startswith("- Seeds"))
+    # what finished, grouped: the base on 3 seeds, legw on 2 so far, linear on 1
+    assert line.startswith("- Seeds: 3 (0, 1, 2) for base; 2 (0, 1) for legw; 1 (0) for linear. ")
+    assert report.cells(exp, s["rows"])[(40, "linear")]["final_se"] is None
