@@ -103,6 +103,9 @@ def add_run_fields(config: ml_collections.ConfigDict) -> ml_collections.ConfigDi
     config.resume_policy = "strict"  # strict: refuse to resume a workdir whose config differs | allow_changes
     config.nan_policy = "stop"  # stop: a non-finite loss/gradient/update/parameter ends the run | skip: drop it
     config.max_consecutive_skips = 20  # nan_policy=skip: this many skipped updates in a row end the run
+    # the PRNG behind dropout (see docs/performance.md): threefry2x32 (JAX's default: the same bits on any
+    # device count and platform) | rbg | unsafe_rbg (XLA's RngBitGenerator: cheaper on accelerators)
+    config.prng_impl = "threefry2x32"
     config.accum_steps = 1  # micro-batches per update (gradient accumulation inside the step)
     config.noise_scale = False  # log the gradient noise scale (micro-batch vs full-batch gradients; >= 2 micro-batches)
     config.distributed = ml_collections.ConfigDict()  # multi-process; empty = single process (or TPU auto)
@@ -117,6 +120,9 @@ RESUMABLE_CHANGES = ("log_every_steps", "eval_every_epochs", "checkpoint_every_e
                      "resume_policy", "num_devices", "eval_batch_size", "distributed.coordinator_address",
                      "distributed.num_processes", "distributed.process_id")  # fmt: skip
 RESUME_POLICIES = ("strict", "allow_changes")
+PRNG_IMPLS = ("threefry2x32", "rbg", "unsafe_rbg")
+# Fields added after runs were made: a saved config without one ran with this value.
+ADDED_FIELDS = {"prng_impl": "threefry2x32"}
 
 
 def _flatten(d: dict, prefix: str = "") -> dict:
@@ -131,7 +137,7 @@ def _flatten(d: dict, prefix: str = "") -> dict:
 
 def resume_conflicts(saved: dict, new: dict) -> list[str]:
     """``key: old -> new`` for every field that differs and would change the run."""
-    a, b = _flatten(saved), _flatten(new)
+    a, b = {**ADDED_FIELDS, **_flatten(saved)}, _flatten(new)
     keys = sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k) and k not in RESUMABLE_CHANGES)
     return [f"{k}: {a.get(k)!r} -> {b.get(k)!r}" for k in keys]
 
@@ -211,6 +217,7 @@ def validate(config) -> None:
     _choice("task", config.task, tuple(tasks.TASKS))
     _choice("resume_policy", config.get("resume_policy", "strict"), RESUME_POLICIES)
     _choice("nan_policy", config.get("nan_policy", "stop"), ("stop", "skip"))
+    _choice("prng_impl", config.get("prng_impl", "threefry2x32"), PRNG_IMPLS)
     if config.task in tasks.REDUCING_TASKS:
         if "loss_reduction" not in config:
             raise ConfigError(f"task {config.task!r} needs loss_reduction (token | sequence) in the config")

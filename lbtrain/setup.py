@@ -112,7 +112,9 @@ def _check_schedule(config, steps_per_epoch: int, global_batch: int) -> None:
 
 def _model(config, data):
     """(train graph, eval graph, params, model state, the module in train mode)."""
-    model = models.make(config.model, nnx.Rngs(params=config.seed, dropout=config.seed + 1), **data.model_args)
+    # parameters always from JAX's default PRNG (the same init whatever prng_impl); dropout from prng_impl
+    dropout = jax.random.key(config.seed + 1, impl=config.get("prng_impl", "threefry2x32"))
+    model = models.make(config.model, nnx.Rngs(params=config.seed, dropout=dropout), **data.model_args)
     model.train()
     train_graphdef, params, model_state = nnx.split(model, nnx.Param, ...)
     model.eval()
@@ -146,16 +148,18 @@ def build(config, workdir: str | None = None, *, data=None) -> Run:
     state = step.initial_state(params, model_state, tx, task.init_carry(model, global_batch))
     shardings = step.state_shardings(state, mesh)
     state = jax.device_put(state, shardings)
+    log_every = max(int(config.log_every_steps), 1)
     train_step = step.jit_train_step(train_graphdef, tx, task, mesh, state, nan_policy=config.nan_policy,
                                      accum_steps=accum, noise_scale=noise,
-                                     max_consecutive_skips=config.max_consecutive_skips)  # fmt: skip
+                                     max_consecutive_skips=config.max_consecutive_skips, log_every=log_every,
+                                     total_steps=oplan.total_steps)  # fmt: skip
     evaluate = task.evaluator(eval_graphdef, data, mesh, eval_batch, state.params, state.model_state)
     plan = Plan(
         platform=jax.devices()[0].platform, devices=mesh.size, processes=jax.process_count(),
         global_batch=global_batch, per_device_batch=per_device, accum_steps=accum, noise_scale=noise,
         eval_batch=eval_batch, num_train=data.num_train, unit=data.unit,
         items_per_step=global_batch * data.items_per_row, steps_per_epoch=spe, total_steps=oplan.total_steps,
-        log_every=max(int(config.log_every_steps), 1),
+        log_every=log_every,
         eval_every=max(optim.epochs_to_steps(config.eval_every_epochs, spe), 1),
         checkpoint_every=max(optim.epochs_to_steps(config.checkpoint_every_epochs, spe), 1),
         num_params=sum(int(np.prod(x.shape)) for x in jax.tree.leaves(params)), optim=oplan,

@@ -39,6 +39,11 @@ def _tree_norm(tree) -> jax.Array:
     return optax.tree_utils.tree_norm(tree)
 
 
+def _leaf_sq(tree) -> jax.Array:
+    """The sum of squares of each leaf (float32), one pass over the tree: its norm and a finiteness test."""
+    return jnp.stack([jnp.sum(jnp.square(x.astype(jnp.float32))) for x in jax.tree.leaves(tree)])
+
+
 def _leaves_finite(tree) -> jax.Array:
     return jnp.stack([jnp.all(jnp.isfinite(x)) for x in jax.tree.leaves(tree)])
 
@@ -54,8 +59,22 @@ def _judge(loss, grads, updates, params) -> tuple[jax.Array, jax.Array, jax.Arra
     return jnp.all(ok), kind, leaf
 
 
+def _judge_fast(loss, grad_sq, param_sq, grads, updates_fn, params) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """:func:`_judge` from the sums of squares the metrics need anyway, without three more passes over every
+    parameter. A finite sum of squares proves each of its elements finite; a finite gradient and finite new
+    parameters (from finite old ones) prove the update finite. Only when that proof fails (something is not
+    finite, or a sum of squares overflowed) does the exact element-wise judgement run, under ``lax.cond``;
+    ``updates_fn`` gives the update there."""
+    proven = jnp.isfinite(loss) & jnp.isfinite(jnp.sum(grad_sq)) & jnp.isfinite(jnp.sum(param_sq))
+    fine = (jnp.asarray(True), jnp.zeros((), jnp.int32), jnp.zeros((), jnp.int32))
+    exact = lambda: tuple(jnp.asarray(v, d) for v, d in zip(_judge(loss, grads, updates_fn(), params),  # noqa: E731
+                                                           (jnp.bool_, jnp.int32, jnp.int32)))  # fmt: skip
+    return jax.lax.cond(proven, lambda: fine, exact)
+
+
 def make_train_step(graphdef, tx: optax.GradientTransformation, task, nan_policy: str = "stop", accum_steps: int = 1,
-                    noise_scale: bool = False, max_consecutive_skips: int = 0):  # fmt: skip
+                    noise_scale: bool = False, max_consecutive_skips: int = 0, log_every: int = 1,
+                    total_steps: int = 0):  # fmt: skip
     """(state, batch) -> (state, metrics); loss is the mean over the *global* batch.
 
     With ``accum_steps = k > 1`` the batch is processed as k micro-batches whose gradients are summed
@@ -69,6 +88,10 @@ def make_train_step(graphdef, tx: optax.GradientTransformation, task, nan_policy
     With ``noise_scale`` the step also logs the gradient noise scale terms (``noise_grad_sq`` = |G|^2,
     ``noise_trace`` = tr(Sigma), and their per-step ratio ``noise_scale``) from the micro-batch gradients
     against the full-batch one (:mod:`lbtrain.optim.noise_scale`); it needs ``accum_steps >= 2``.
+
+    Metrics that cost a pass over the parameters and serve only the log (``update_norm``) are computed at
+    the steps the loop logs (every ``log_every`` updates and at ``total_steps``) and are NaN at the others;
+    the gradient and parameter norms come from the sums of squares the finiteness judgement uses.
     """
 
     def loss_sum_fn(params, model_state, batch, carry):
@@ -79,13 +102,23 @@ def make_train_step(graphdef, tx: optax.GradientTransformation, task, nan_policy
 
     grad_fn = jax.value_and_grad(loss_sum_fn, has_aux=True)
 
+    def loss_mean_fn(params, model_state, batch, carry):
+        loss_sum, (count, new_model_state, carry) = loss_sum_fn(params, model_state, batch, carry)
+        return loss_sum / count, (loss_sum, count, new_model_state, carry)
+
+    # one batch: the gradient of the mean directly (1/count enters at the loss, inside the backward's first
+    # fusion), so no pass over the parameters divides it afterwards
+    mean_grad_fn = jax.value_and_grad(loss_mean_fn, has_aux=True)
+
     def accumulate(params, model_state, batch, carry):
-        """Sum of the loss and of its gradient over ``accum_steps`` micro-batches (``lax.scan``).
+        """The sum of the loss, the count and the gradient of the mean loss over the global batch, summed
+        over ``accum_steps`` micro-batches (``lax.scan``) before the one division by the count: padding and
+        splits never bias the mean.
 
         Micro-batch ``i`` takes rows ``i, i + k, i + 2k, ...``: each device's contiguous share of the
         batch holds its share of every micro-batch, so the split needs no communication."""
         if accum_steps == 1:
-            (loss_sum, (count, model_state, carry)), grads = grad_fn(params, model_state, batch, carry)
+            (_, (loss_sum, count, model_state, carry)), grads = mean_grad_fn(params, model_state, batch, carry)
             return loss_sum, count, grads, model_state, carry, None
         split = lambda x: jnp.swapaxes(x.reshape(x.shape[0] // accum_steps, accum_steps, *x.shape[1:]), 0, 1)  # noqa: E731
         merge = lambda x: jnp.swapaxes(x, 0, 1).reshape(-1, *x.shape[2:])  # noqa: E731
@@ -103,17 +136,26 @@ def make_train_step(graphdef, tx: optax.GradientTransformation, task, nan_policy
         (loss_sum, count, grads, model_state, small_sq), carries = jax.lax.scan(
             body, init, (jax.tree.map(split, batch), jax.tree.map(split, carry))
         )
+        grads = jax.tree.map(lambda g: g / count, grads)
         return loss_sum, count, grads, model_state, jax.tree.map(merge, carries), small_sq / accum_steps
+
+    def logged(n):  # the loop logs after update n
+        return (n % max(log_every, 1) == 0) | (n == total_steps)
 
     def step(state: TrainState, batch):
         loss_sum, count, grads, model_state, carry, small_sq = accumulate(state.params, state.model_state, batch,
                                                                           state.carry)  # fmt: skip
-        # the mean over the global batch, taken after every sum: padding and splits never bias it
         loss = loss_sum / count
-        grads = jax.tree.map(lambda g: g / count, grads)
-        updates, opt_state = tx.update(grads, state.opt_state, state.params)
+
+        def update(old_opt_state):
+            return tx.update(grads, old_opt_state, state.params)
+
+        updates, opt_state = update(state.opt_state)
         params = optax.apply_updates(state.params, updates)
-        finite, kind, leaf = _judge(loss, grads, updates, params)
+        # the update itself is never stored: it fuses into the new parameters; the rare readers below
+        # (the exact judgement of a bad step, update_norm at logged steps) compute it again
+        grad_sq, param_sq = _leaf_sq(grads), _leaf_sq(params)
+        finite, kind, leaf = _judge_fast(loss, grad_sq, param_sq, grads, lambda: update(state.opt_state)[0], params)
         if nan_policy == "skip":
             keep = lambda new, old: jax.tree.map(lambda a, b: jnp.where(finite, a, b), new, old)  # noqa: E731
             params, opt_state = keep(params, state.params), keep(opt_state, state.opt_state)
@@ -127,9 +169,11 @@ def make_train_step(graphdef, tx: optax.GradientTransformation, task, nan_policy
         metrics = {
             "loss": loss,  # the trained objective: per token, per sequence or per example (the task's count)
             "lr": optim.current_lr(opt_state),
-            "grad_norm": _tree_norm(grads),
-            "update_norm": _tree_norm(updates),
-            "param_norm": _tree_norm(params),
+            "grad_norm": jnp.sqrt(jnp.sum(grad_sq)),
+            "update_norm": jax.lax.cond(logged(state.step + 1),
+                                        lambda: _tree_norm(update(state.opt_state)[0]).astype(jnp.float32),
+                                        lambda: jnp.full((), jnp.nan, jnp.float32)),  # fmt: skip
+            "param_norm": jnp.sqrt(jnp.sum(param_sq)),
             "skipped_updates": skipped,
             "loss_count": count,  # what the loss averages over in this update (examples, sequences or tokens)
         }
@@ -137,7 +181,7 @@ def make_train_step(graphdef, tx: optax.GradientTransformation, task, nan_policy
         if tokens is not None:  # the loss is per sequence: also log it per token (log perplexity)
             metrics["loss_per_token"] = loss_sum / tokens
         if noise_scale and small_sq is not None:
-            grad_sq, trace = optim.noise_scale_terms(small_sq, optim.tree_sq_norm(grads), count / accum_steps, count)
+            grad_sq, trace = optim.noise_scale_terms(small_sq, jnp.sum(grad_sq), count / accum_steps, count)
             metrics.update(noise_grad_sq=grad_sq, noise_trace=trace, noise_scale=trace / grad_sq)
         ratios = optim.trust_ratios(opt_state)
         if ratios is not None:
@@ -161,11 +205,12 @@ def state_shardings(state: TrainState, mesh) -> TrainState:
 
 def jit_train_step(graphdef, tx: optax.GradientTransformation, task, mesh, state: TrainState, *,
                    nan_policy: str = "stop", accum_steps: int = 1, noise_scale: bool = False,
-                   max_consecutive_skips: int = 0):  # fmt: skip
+                   max_consecutive_skips: int = 0, log_every: int = 1, total_steps: int = 0):  # fmt: skip
     """The train step jitted as the loop runs it: state sharded by ``state_shardings`` (and donated),
     the batch split along ``'data'``, metrics replicated."""
     sh = state_shardings(state, mesh)
-    step = make_train_step(graphdef, tx, task, nan_policy, accum_steps, noise_scale, max_consecutive_skips)
+    step = make_train_step(graphdef, tx, task, nan_policy, accum_steps, noise_scale, max_consecutive_skips,
+                           log_every, total_steps)  # fmt: skip
     return jax.jit(step, in_shardings=(sh, parallel.batch_sharding(mesh)),
                    out_shardings=(sh, parallel.replicated(mesh)), donate_argnums=(0,))  # fmt: skip
 

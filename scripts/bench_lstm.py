@@ -1,7 +1,12 @@
-"""LSTM language-model training step: lbtrain vs Flax's stock LSTM vs PyTorch, same process, same shapes.
+"""LSTM language-model training: lbtrain vs Flax's stock LSTM vs PyTorch, same process, same shapes.
 
     python scripts/bench_lstm.py                              # PTB-small and -medium, batch 20 and 640
     python scripts/bench_lstm.py --sizes=medium --batches=20 --rounds=5 --json=/tmp/bench.json
+    python scripts/bench_lstm.py --mode=loop --rounds=3 --json=/tmp/loop.json   # the whole training loop
+
+``--mode=step`` (the default) times the bare step, as follows. ``--mode=loop`` times what a user's run does
+(see :func:`main_loop`): the ``lbtrain`` training loop on a config, against the bare fused step of the same
+model and a PyTorch training loop with the same model, dropout, optimizer and clipping.
 
 One full training step (forward, backward, SGD update) of the same model: embedding (vocab 10k) ->
 2 LSTM layers -> softmax cross-entropy. The implementations are timed interleaved (A B C A B C ...),
@@ -14,11 +19,13 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 import re
 import statistics
 import sys
 import time
 
+import numpy as np
 from absl import app, flags
 
 _SIZES = flags.DEFINE_list("sizes", ["small", "medium"], "PTB sizes: small (2x200, T=20), medium (2x650, T=35).")
@@ -34,6 +41,15 @@ _DTYPES = flags.DEFINE_list("dtypes", [], "Compute dtypes; default float32 on CP
 _UNROLL = flags.DEFINE_integer("unroll", 0, "lax.scan unroll for lbtrain (0 = the model default).")
 _JSON = flags.DEFINE_string("json", "", "Also write the results to this JSON file.")
 _PROFILE = flags.DEFINE_integer("profile", 0, "Also profile lbtrain's step at the first size/batch; print the top N ops.")
+_MODE = flags.DEFINE_enum("mode", "step", ["step", "loop"], "step: the bare training step of each implementation; "
+                          "loop: the whole lbtrain training loop vs its bare step vs a PyTorch training loop.")
+_LOOP_CONFIG = flags.DEFINE_string("loop_config", "configs/ptb_lstm.py:corpus=kjv,size=medium",
+                                   "--mode=loop: the config (the batch is added from --batches).")
+_VARIANTS = flags.DEFINE_list(
+    "variants", [], "--mode=loop: more lbtrain loop columns, each one or more ';'-joined config overrides, e.g. "
+    "prng_impl=rbg or 'log_every_steps=1' (the ablations of docs/performance.md).")  # fmt: skip
+_LOOP_TOKENS = flags.DEFINE_integer("loop_tokens", 42_000, "--mode=loop: tokens each implementation trains per "
+                                    "round (at least 8 updates).")  # fmt: skip
 
 VOCAB = 10_000
 SIZES = {"small": (200, 20), "medium": (650, 35)}  # hidden (= embedding) size, BPTT window
@@ -236,6 +252,8 @@ def _block(impl, value):
 
 def main(argv):
     del argv
+    if _MODE.value == "loop":
+        return main_loop()
     import jax
 
     platform = jax.devices()[0].platform
@@ -342,6 +360,261 @@ def profile_lbtrain(hidden: int, steps: int, batch: int, dtype: str, top: int) -
     for name, ms in sorted(total.items(), key=lambda kv: -kv[1])[:top]:
         shape, op = described.get(name, ("", ""))
         print(f"  {ms:8.2f} ms  {count[name] // reps:4d} calls  {name:28s} {shape:22s} {op[-70:]}")
+
+
+# ------------------------------------------------------------------------------------- --mode=loop
+
+
+class LoopBench:
+    """One configuration of the lbtrain training loop: built (and compiled) once, trained in a fresh workdir
+    for ``steps`` updates each round. Its throughput is read back from the run's own ``metrics.jsonl``, as a
+    user would: the tokens between the first and the last logged row over the train time between them (the
+    first window, which holds the compile, and the final evaluation and checkpoint are outside it)."""
+
+    def __init__(self, spec: str, overrides: list[str], steps: int):
+        from lbtrain import config_lib, setup
+
+        self.config = config_lib.load_config(spec)
+        self.config.unlock()
+        probe = setup.build(self.config, _scratch("probe"))
+        self.log_every = max(steps // 4, 1)
+        self.steps = 4 * self.log_every
+        fixed = {"num_epochs": (self.steps - 0.25) / probe.plan.steps_per_epoch, "log_every_steps": self.log_every,
+                 "optim.schedule.warmup_epochs": 0.0}  # fmt: skip
+        for item in overrides:
+            key, value = item.split("=", 1)
+            fixed[key] = type(_get(self.config, key))(value) if not isinstance(_get(self.config, key), bool) else (
+                value.lower() in ("1", "true"))  # fmt: skip
+        for key, value in fixed.items():
+            _set(self.config, key, value)
+        self.log_every = int(self.config.log_every_steps)
+        self.run = setup.build(self.config, _scratch("probe"))
+        assert self.run.plan.total_steps == self.steps, (self.run.plan.total_steps, self.steps)
+        self.initial = jax_copy(self.run.state)
+        self.tokens_per_step = self.run.plan.items_per_step
+        self.rounds = 0
+
+    def round(self) -> float:
+        """Train ``steps`` updates from the initial state in a new workdir; tokens/s from its metrics."""
+        import dataclasses
+
+        from lbtrain import loop
+
+        self.rounds += 1
+        workdir = _scratch(f"loop{id(self)}_{self.rounds}")
+        loop.train(dataclasses.replace(self.run, state=jax_copy(self.initial)), workdir)
+        rows = [json.loads(line) for line in open(os.path.join(workdir, "metrics.jsonl"))]
+        rows = [r for r in rows if r["kind"] == "train"]
+        first, last = rows[0], rows[-1]
+        return (last["step"] - first["step"]) * self.tokens_per_step / (last["train_time_s"] - first["train_time_s"])
+
+
+def _get(config, key):
+    for part in key.split("."):
+        config = config[part]
+    return config
+
+
+def _set(config, key, value):
+    *parents, leaf = key.split(".")
+    for part in parents:
+        config = config[part]
+    config[leaf] = value
+
+
+_SCRATCH = []
+
+
+def _scratch(name: str) -> str:
+    import tempfile
+
+    if not _SCRATCH:
+        _SCRATCH.append(tempfile.mkdtemp(prefix="bench_loop_"))
+    path = os.path.join(_SCRATCH[0], name)
+    os.makedirs(path, exist_ok=True)
+    return path
+
+
+def jax_copy(tree):
+    import jax
+    import jax.numpy as jnp
+
+    return jax.tree.map(lambda x: jnp.copy(x) if isinstance(x, jax.Array) else x, tree)
+
+
+class BareStep:
+    """The bare fused step of the loop's own model (dropout on): gradient of the mean loss, SGD at the
+    config's base lr; no clipping, no schedule, no metrics, no finiteness checks, one batch on the device."""
+
+    def __init__(self, run, steps: int):
+        import jax
+        from flax import nnx
+
+        graphdef, task, lr = run.train_graphdef, run.task, float(run.config.optim.base_lr)
+
+        def step(params, model_state, carry, batch):
+            def loss(p):
+                model = nnx.merge(graphdef, p, model_state)
+                total, count, new_carry = task.loss(model, batch, carry)
+                return total / count, (nnx.to_pure_dict(nnx.split(model, nnx.Param, ...)[2]), new_carry)
+
+            grads, (new_state, new_carry) = jax.grad(loss, has_aux=True)(params)
+            return jax.tree.map(lambda w, g: w - lr * g, params, grads), new_state, jax.lax.stop_gradient(new_carry)
+
+        self.step = jax.jit(step, donate_argnums=(0, 1, 2))
+        self.state = jax_copy((run.state.params, run.state.model_state, run.state.carry))
+        self.batch = run.global_batch(run.batches.batch_at(1))
+        self.steps, self.tokens_per_step = steps, run.plan.items_per_step
+        for _ in range(2):  # compile, warm up
+            self.state = self.step(*self.state, self.batch)
+        _block_jax(self.state)
+
+    def round(self) -> float:
+        start = time.perf_counter()
+        for _ in range(self.steps):
+            self.state = self.step(*self.state, self.batch)
+        _block_jax(self.state)
+        return self.steps * self.tokens_per_step / (time.perf_counter() - start)
+
+
+class TorchLoop:
+    """A plain PyTorch word-LM training loop with the config's shapes and recipe: embedding -> dropout ->
+    ``nn.LSTM`` (dropout between layers) -> dropout -> linear; loss summed over the window and averaged over
+    the streams (``loss_reduction=sequence``) or per token; SGD at the base lr; ``clip_grad_norm_`` at the
+    config's clip; the state carried and detached between windows; the same training batches, read from
+    NumPy each step."""
+
+    def __init__(self, run, steps: int):
+        import torch
+
+        cfg = run.config
+        torch.manual_seed(0)
+        torch.set_num_threads(os.cpu_count() or 1)
+        vocab, hidden, layers = int(cfg.model.vocab_size), int(cfg.model.hidden_size), int(cfg.model.num_layers)
+        p, s = float(cfg.model.dropout), float(cfg.model.init_scale)
+
+        class LM(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.drop = torch.nn.Dropout(p)
+                self.embed = torch.nn.Embedding(vocab, hidden)
+                self.lstm = torch.nn.LSTM(hidden, hidden, layers, dropout=p)
+                self.out = torch.nn.Linear(hidden, vocab)
+                for w in self.parameters():
+                    torch.nn.init.uniform_(w, -s, s)
+
+            def forward(self, x, state):
+                h, state = self.lstm(self.drop(self.embed(x)), state)
+                return self.out(self.drop(h)), state
+
+        self.torch, self.model = torch, LM()
+        self.model.train()
+        self.opt = torch.optim.SGD(self.model.parameters(), lr=float(cfg.optim.base_lr))
+        self.clip = float(cfg.optim.clip_norm)
+        self.per_sequence = cfg.get("loss_reduction", "token") == "sequence"
+        self.batches, self.vocab = run.batches, vocab
+        self.state, self.at = None, 0
+        self.steps, self.tokens_per_step = steps, run.plan.items_per_step
+        for _ in range(2):
+            self.one()
+
+    def one(self):
+        torch = self.torch
+        b = self.batches.batch_at(self.at)
+        self.at += 1
+        x = torch.from_numpy(np.ascontiguousarray(b["inputs"].T)).long()  # (T, B): nn.LSTM's own layout
+        y = torch.from_numpy(np.ascontiguousarray(b["targets"].T)).long()
+        if self.state is not None:
+            self.state = tuple(t.detach() for t in self.state)
+        logits, self.state = self.model(x, self.state)
+        nll = torch.nn.functional.cross_entropy(logits.reshape(-1, self.vocab), y.reshape(-1), reduction="sum")
+        loss = nll / (x.shape[1] if self.per_sequence else x.numel())
+        self.opt.zero_grad(set_to_none=True)
+        loss.backward()
+        if self.clip:
+            torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.clip)
+        self.opt.step()
+        return loss
+
+    def round(self) -> float:
+        start = time.perf_counter()
+        for _ in range(self.steps):
+            loss = self.one()
+        loss.item()
+        return self.steps * self.tokens_per_step / (time.perf_counter() - start)
+
+
+def main_loop():
+    """Per batch size: the lbtrain loop (and each ``--variants`` column), its bare step and the PyTorch loop,
+    timed interleaved for ``--rounds`` rounds (median), as tokens/s and ratios."""
+    from lbtrain import config_lib, provenance
+
+    try:
+        import torch  # noqa: F401
+
+        have_torch = True
+    except ImportError:
+        print("PyTorch is not installed: no PyTorch column (pip install -e '.[bench]')")
+        have_torch = False
+    results = []
+    for batch in map(int, _BATCHES.value):
+        spec = f"{_LOOP_CONFIG.value}{',' if ':' in _LOOP_CONFIG.value else ':'}batch={batch}"
+        tokens_per_step = batch * int(config_lib.load_config(spec).data.window)
+        steps = max(8, -(-_LOOP_TOKENS.value // tokens_per_step))
+        columns = {"loop": LoopBench(spec, [], steps)}
+        for v in _VARIANTS.value:
+            columns[f"loop {v}"] = LoopBench(spec, v.split(";"), steps)
+        base = columns["loop"]
+        columns["bare step"] = BareStep(base.run, base.steps)
+        if have_torch:
+            columns["torch loop"] = TorchLoop(base.run, base.steps)
+        times = {k: [] for k in columns}
+        for _ in range(_ROUNDS.value):
+            for name, col in columns.items():
+                times[name].append(col.round())
+        row = {"batch": batch, "config": spec, "steps_per_round": base.steps, "log_every_steps": base.log_every,
+               "tokens_per_step": base.tokens_per_step, "tokens_per_s": {k: statistics.median(v) for k, v in times.items()},
+               "rounds": times}  # fmt: skip
+        tps = row["tokens_per_s"]
+        row["loop_over_bare_step"] = tps["loop"] / tps["bare step"]
+        if have_torch:
+            row["loop_over_torch_loop"] = tps["loop"] / tps["torch loop"]
+            row["bare_step_over_torch_loop"] = tps["bare step"] / tps["torch loop"]
+        results.append(row)
+        cells = " | ".join(f"{k} {v:,.0f}" for k, v in tps.items())
+        ratios = " | ".join(f"{k} {v:.3f}x" for k, v in row.items() if k.endswith(("_over_bare_step", "_loop")) and
+                            isinstance(v, float))  # fmt: skip
+        print(f"batch {batch:4d} ({base.steps} updates a round) tok/s: {cells} | {ratios}", flush=True)
+    print("\n| batch | " + " | ".join(f"{k} tok/s" for k in results[0]["tokens_per_s"]) +
+          " | loop / bare step | loop / torch loop |")  # fmt: skip
+    print("|---" * (3 + len(results[0]["tokens_per_s"])) + "|")
+    for row in results:
+        cells = " | ".join(f"{v:,.0f}" for v in row["tokens_per_s"].values())
+        torch_ratio = f"{row['loop_over_torch_loop']:.2f}x" if "loop_over_torch_loop" in row else "-"
+        print(f"| {row['batch']} | {cells} | {row['loop_over_bare_step']:.3f}x | {torch_ratio} |")
+    if _JSON.value:
+        import platform
+
+        versions = provenance.versions()
+        if have_torch:
+            versions["torch"] = torch.__version__
+        out = {"mode": "loop", "argv": sys.argv, "code": provenance.code(), "versions": versions,
+               "hardware": {**provenance.hardware(), "processor": platform.processor() or _cpu_model()},
+               "settings": {"config": _LOOP_CONFIG.value, "batches": _BATCHES.value, "rounds": _ROUNDS.value,
+                            "variants": _VARIANTS.value, "loop_tokens": _LOOP_TOKENS.value},
+               "results": results}  # fmt: skip
+        with open(_JSON.value, "w") as f:
+            json.dump(out, f, indent=2)
+
+
+def _cpu_model() -> str:
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return ""
 
 
 if __name__ == "__main__":

@@ -75,3 +75,25 @@ def test_max_consecutive_skips_records_the_step_it_was_reached():
         state, _ = step(state, batch)
         stalled.append(int(state.stalled_at))
     assert stalled == [-1, -1, -1, 4, 4] and int(state.skipped) == 4 and int(state.streak) == 3
+
+
+def test_finite_parameters_whose_sum_of_squares_overflows_are_not_judged_bad():
+    # each square (2.25e38) is finite but their sum overflows float32: the sum-of-squares proof fails and the
+    # exact element-wise judgement decides that everything is finite
+    w = np.full(2, 1.5e19, np.float32)
+    state, new, metrics = one_step(w, [2.0, 4.0], 0.5, "skip")
+    assert [int(v) for v in new.first_bad] == [-1, -1, -1] and int(new.skipped) == 0 and int(new.streak) == 0
+    assert np.isinf(float(metrics["param_norm"]))  # the norm itself overflows, and says so
+
+
+def test_update_norm_is_computed_at_the_logged_steps_only():
+    graphdef, params = nnx.split(Scale(1.0), nnx.Param)
+    tx = optax.inject_hyperparams(optax.sgd)(learning_rate=0.25)
+    step = jax.jit(step_lib.make_train_step(graphdef, tx, LinearTask(), log_every=3, total_steps=4))
+    state = step_lib.initial_state(nnx.to_pure_dict(params), {}, tx, None)
+    norms = []
+    for _ in range(4):  # logged after updates 3 (every 3) and 4 (the last)
+        state, metrics = step(state, {"x": jnp.asarray([1.0, 3.0])})
+        norms.append(float(metrics["update_norm"]))
+        assert float(metrics["grad_norm"]) == 2.0 and float(metrics["param_norm"]) == abs(float(state.params["w"]))
+    assert np.isnan(norms[0]) and np.isnan(norms[1]) and norms[2:] == [0.5, 0.5]  # |lr * mean(x)|
