@@ -17,6 +17,7 @@ in the same run (the best of JAX and PyTorch on a large square matmul).
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import os
@@ -402,7 +403,8 @@ class LoopBench:
 
         self.rounds += 1
         workdir = _scratch(f"loop{id(self)}_{self.rounds}")
-        loop.train(dataclasses.replace(self.run, state=jax_copy(self.initial)), workdir)
+        with open(os.path.join(workdir, "..", f"stdout_{id(self)}.log"), "a") as out, contextlib.redirect_stdout(out):
+            loop.train(dataclasses.replace(self.run, state=jax_copy(self.initial)), workdir)
         rows = [json.loads(line) for line in open(os.path.join(workdir, "metrics.jsonl"))]
         rows = [r for r in rows if r["kind"] == "train"]
         first, last = rows[0], rows[-1]
@@ -547,8 +549,11 @@ class TorchLoop:
 def main_loop():
     """Per batch size: the lbtrain loop (and each ``--variants`` column), its bare step and the PyTorch loop,
     timed interleaved for ``--rounds`` rounds (median), as tokens/s and ratios."""
+    from absl import logging
+
     from lbtrain import config_lib, provenance
 
+    logging.set_verbosity(logging.WARNING)  # Orbax's per-save info lines
     try:
         import torch  # noqa: F401
 
@@ -569,9 +574,11 @@ def main_loop():
         if have_torch:
             columns["torch loop"] = TorchLoop(base.run, base.steps)
         times = {k: [] for k in columns}
-        for _ in range(_ROUNDS.value):
+        for i in range(_ROUNDS.value):
             for name, col in columns.items():
                 times[name].append(col.round())
+            print(f"  batch {batch} round {i + 1}: " + " | ".join(f"{k} {v[-1]:,.0f}" for k, v in times.items()),
+                  flush=True)  # fmt: skip
         row = {"batch": batch, "config": spec, "steps_per_round": base.steps, "log_every_steps": base.log_every,
                "tokens_per_step": base.tokens_per_step, "tokens_per_s": {k: statistics.median(v) for k, v in times.items()},
                "rounds": times}  # fmt: skip

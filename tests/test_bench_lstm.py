@@ -47,3 +47,23 @@ def test_tiny_run_writes_json(tmp_path):
         assert "lbtrain_over_torch" in row
     except ImportError:
         assert "skipping the torch column" in proc.stdout
+
+
+@pytest.mark.slow
+def test_loop_mode_times_the_loop_its_bare_step_and_a_variant(tmp_path):
+    out = tmp_path / "loop.json"
+    proc = subprocess.run(
+        [sys.executable, "scripts/bench_lstm.py", "--mode=loop", "--loop_config=configs/ptb_lstm.py:runlocal=True",
+         "--batches=8", "--rounds=1", "--loop_tokens=100", "--variants=log_every_steps=1", f"--json={out}"],
+        cwd=ROOT, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads(out.read_text())
+    row = result["results"][0]
+    assert row["batch"] == 8 and row["tokens_per_step"] == 8 * 20  # runlocal: T = 20
+    assert row["steps_per_round"] == 8 and row["log_every_steps"] == 2  # at least 8 updates, 4 logged windows
+    tps = row["tokens_per_s"]
+    assert {"loop", "loop log_every_steps=1", "bare step"} <= set(tps) and all(v > 0 for v in tps.values())
+    assert row["loop_over_bare_step"] == pytest.approx(tps["loop"] / tps["bare step"])
+    assert result["code"]["commit"] and result["versions"]["jax"] and result["hardware"]["cpu_count"]
+    assert ("torch loop" in tps) == ("torch" in result["versions"])
