@@ -182,7 +182,7 @@ def seeds_line(rows: list[dict]) -> str:
         seeds = next(iter(groups), ())
         return (f"- Seeds: {len(seeds)} per setting ({', '.join(map(str, seeds))}); cells show the mean over seeds "
                 f"+- its standard error{tail}")
-    parts = [f"{len(ss)} ({', '.join(map(str, ss))}) for {', '.join(cols)}"
+    parts = [f"{len(ss)} ({', '.join(map(str, ss))}) for {', '.join(f'`{c}`' for c in cols)}"
              for ss, cols in sorted(groups.items(), key=lambda g: (-len(g[0]), g[0]))]
     return (f"- Seeds: {'; '.join(parts)}. Cells show the mean over seeds +- its standard error (none for a "
             f"single seed){tail}")

@@ -95,5 +95,5 @@ def test_side_seeds_run_the_claim_and_base_on_every_seed_and_say_so(tmp_path):
     s = report.summarize(exp, exp.local, str(tmp_path), local=True)
     line = next(x for x in report.caveats(exp, exp.local, s, True) if x.startswith("- Seeds"))
     # what finished, grouped: the base on 3 seeds, legw on 2 so far, linear on 1
-    assert line.startswith("- Seeds: 3 (0, 1, 2) for base; 2 (0, 1) for legw; 1 (0) for linear. ")
+    assert line.startswith("- Seeds: 3 (0, 1, 2) for `base`; 2 (0, 1) for `legw`; 1 (0) for `linear`. ")
     assert report.cells(exp, s["rows"])[(40, "linear")]["final_se"] is None
