@@ -156,7 +156,10 @@ def make_train_step(graphdef, tx: optax.GradientTransformation, task, nan_policy
         # (the exact judgement of a bad step, update_norm at logged steps) compute it again
         grad_sq, param_sq = _leaf_sq(grads), _leaf_sq(params)
         finite, kind, leaf = _judge_fast(loss, grad_sq, param_sq, grads, lambda: update(state.opt_state)[0], params)
+        param_norm = jnp.sqrt(jnp.sum(param_sq))
         if nan_policy == "skip":
+            # a skipped update keeps the old parameters: their norm is logged (a pass only on that rare step)
+            param_norm = jax.lax.cond(finite, lambda: param_norm, lambda: _tree_norm(state.params).astype(jnp.float32))
             keep = lambda new, old: jax.tree.map(lambda a, b: jnp.where(finite, a, b), new, old)  # noqa: E731
             params, opt_state = keep(params, state.params), keep(opt_state, state.opt_state)
             model_state, carry = keep(model_state, state.model_state), keep(carry, state.carry)
@@ -173,7 +176,7 @@ def make_train_step(graphdef, tx: optax.GradientTransformation, task, nan_policy
             "update_norm": jax.lax.cond(logged(state.step + 1),
                                         lambda: _tree_norm(update(state.opt_state)[0]).astype(jnp.float32),
                                         lambda: jnp.full((), jnp.nan, jnp.float32)),  # fmt: skip
-            "param_norm": jnp.sqrt(jnp.sum(param_sq)),
+            "param_norm": param_norm,
             "skipped_updates": skipped,
             "loss_count": count,  # what the loss averages over in this update (examples, sequences or tokens)
         }

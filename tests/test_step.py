@@ -54,6 +54,7 @@ def test_the_first_non_finite_quantity_is_named_and_skipped(w, x, lr, kind):
         return
     assert first_bad[:2] == [1, step_lib.BAD_KINDS.index(kind)]
     assert float(new.params["w"]) == float(np.float32(w))  # skipped: the parameters are those before the step
+    assert float(metrics["param_norm"]) == abs(float(np.float32(w)))  # and the logged norm is theirs
     assert int(new.skipped) == 1 and int(new.streak) == 1 and int(new.stalled_at) == -1
     assert int(new.step) == 1  # the update counter still moves: the data position stays exact
 
