@@ -105,7 +105,7 @@ def add_run_fields(config: ml_collections.ConfigDict) -> ml_collections.ConfigDi
     config.max_consecutive_skips = 20  # nan_policy=skip: this many skipped updates in a row end the run
     # the PRNG behind dropout (see docs/performance.md): threefry2x32 (JAX's default: the same bits on any
     # device count and platform) | rbg | unsafe_rbg (XLA's RngBitGenerator: cheaper on accelerators)
-    config.prng_impl = "threefry2x32"
+    config.prng_impl = DEFAULT_PRNG_IMPL
     config.accum_steps = 1  # micro-batches per update (gradient accumulation inside the step)
     config.noise_scale = False  # log the gradient noise scale (micro-batch vs full-batch gradients; >= 2 micro-batches)
     config.distributed = ml_collections.ConfigDict()  # multi-process; empty = single process (or TPU auto)
@@ -121,8 +121,9 @@ RESUMABLE_CHANGES = ("log_every_steps", "eval_every_epochs", "checkpoint_every_e
                      "distributed.num_processes", "distributed.process_id")  # fmt: skip
 RESUME_POLICIES = ("strict", "allow_changes")
 PRNG_IMPLS = ("threefry2x32", "rbg", "unsafe_rbg")
+DEFAULT_PRNG_IMPL = PRNG_IMPLS[0]
 # Fields added after runs were made: a saved config without one ran with this value.
-ADDED_FIELDS = {"prng_impl": "threefry2x32"}
+ADDED_FIELDS = {"prng_impl": DEFAULT_PRNG_IMPL}
 
 
 def _flatten(d: dict, prefix: str = "") -> dict:
@@ -217,7 +218,7 @@ def validate(config) -> None:
     _choice("task", config.task, tuple(tasks.TASKS))
     _choice("resume_policy", config.get("resume_policy", "strict"), RESUME_POLICIES)
     _choice("nan_policy", config.get("nan_policy", "stop"), ("stop", "skip"))
-    _choice("prng_impl", config.get("prng_impl", "threefry2x32"), PRNG_IMPLS)
+    _choice("prng_impl", config.get("prng_impl", DEFAULT_PRNG_IMPL), PRNG_IMPLS)
     if config.task in tasks.REDUCING_TASKS:
         if "loss_reduction" not in config:
             raise ConfigError(f"task {config.task!r} needs loss_reduction (token | sequence) in the config")

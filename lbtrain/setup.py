@@ -113,7 +113,7 @@ def _check_schedule(config, steps_per_epoch: int, global_batch: int) -> None:
 def _model(config, data):
     """(train graph, eval graph, params, model state, the module in train mode)."""
     # parameters always from JAX's default PRNG (the same init whatever prng_impl); dropout from prng_impl
-    dropout = jax.random.key(config.seed + 1, impl=config.get("prng_impl", "threefry2x32"))
+    dropout = jax.random.key(config.seed + 1, impl=config.get("prng_impl", config_lib.DEFAULT_PRNG_IMPL))
     model = models.make(config.model, nnx.Rngs(params=config.seed, dropout=dropout), **data.model_args)
     model.train()
     train_graphdef, params, model_state = nnx.split(model, nnx.Param, ...)

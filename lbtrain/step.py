@@ -184,8 +184,8 @@ def make_train_step(graphdef, tx: optax.GradientTransformation, task, nan_policy
         if tokens is not None:  # the loss is per sequence: also log it per token (log perplexity)
             metrics["loss_per_token"] = loss_sum / tokens
         if noise_scale and small_sq is not None:
-            grad_sq, trace = optim.noise_scale_terms(small_sq, jnp.sum(grad_sq), count / accum_steps, count)
-            metrics.update(noise_grad_sq=grad_sq, noise_trace=trace, noise_scale=trace / grad_sq)
+            mean_sq, trace = optim.noise_scale_terms(small_sq, jnp.sum(grad_sq), count / accum_steps, count)
+            metrics.update(noise_grad_sq=mean_sq, noise_trace=trace, noise_scale=trace / mean_sq)
         ratios = optim.trust_ratios(opt_state)
         if ratios is not None:
             r = jnp.stack(jax.tree.leaves(ratios))
