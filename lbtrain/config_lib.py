@@ -6,7 +6,7 @@ import ast
 
 import ml_collections
 
-from lbtrain import optim
+from lbtrain import hostmem, optim
 from lbtrain.errors import ConfigError
 
 
@@ -106,6 +106,9 @@ def add_run_fields(config: ml_collections.ConfigDict) -> ml_collections.ConfigDi
     # the PRNG behind dropout (see docs/performance.md): threefry2x32 (JAX's default: the same bits on any
     # device count and platform) | rbg | unsafe_rbg (XLA's RngBitGenerator: cheaper on accelerators)
     config.prng_impl = DEFAULT_PRNG_IMPL
+    # freed host memory (see lbtrain/hostmem.py): auto (reuse on CPU) | reuse (keep it for XLA:CPU's next
+    # step: no page faults) | system (the C library's defaults)
+    config.host_malloc = hostmem.DEFAULT_MODE
     config.accum_steps = 1  # micro-batches per update (gradient accumulation inside the step)
     config.noise_scale = False  # log the gradient noise scale (micro-batch vs full-batch gradients; >= 2 micro-batches)
     config.distributed = ml_collections.ConfigDict()  # multi-process; empty = single process (or TPU auto)
@@ -117,7 +120,7 @@ def add_run_fields(config: ml_collections.ConfigDict) -> ml_collections.ConfigDi
 
 # Fields that may change between a run and its resumption without altering what is computed.
 RESUMABLE_CHANGES = ("log_every_steps", "eval_every_epochs", "checkpoint_every_epochs", "keep_checkpoints",
-                     "resume_policy", "num_devices", "eval_batch_size", "distributed.coordinator_address",
+                     "resume_policy", "num_devices", "host_malloc", "eval_batch_size", "distributed.coordinator_address",
                      "distributed.num_processes", "distributed.process_id")  # fmt: skip
 RESUME_POLICIES = ("strict", "allow_changes")
 PRNG_IMPLS = ("threefry2x32", "rbg", "unsafe_rbg")
@@ -219,6 +222,7 @@ def validate(config) -> None:
     _choice("resume_policy", config.get("resume_policy", "strict"), RESUME_POLICIES)
     _choice("nan_policy", config.get("nan_policy", "stop"), ("stop", "skip"))
     _choice("prng_impl", config.get("prng_impl", DEFAULT_PRNG_IMPL), PRNG_IMPLS)
+    _choice("host_malloc", config.get("host_malloc", hostmem.DEFAULT_MODE), hostmem.MODES)
     if config.task in tasks.REDUCING_TASKS:
         if "loss_reduction" not in config:
             raise ConfigError(f"task {config.task!r} needs loss_reduction (token | sequence) in the config")

@@ -9,6 +9,8 @@ import subprocess
 import sys
 from importlib import metadata
 
+from lbtrain import hostmem
+
 PACKAGES = ("jax", "jaxlib", "flax", "optax", "orbax-checkpoint", "numpy", "ml-collections", "tensorflow-datasets")
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -44,7 +46,8 @@ def hardware() -> dict:
 
     devices = jax.devices()
     return {"platform": devices[0].platform, "device_kind": devices[0].device_kind, "devices": len(devices),
-            "processes": jax.process_count(), "cpu_count": os.cpu_count(), "machine": platform.machine()}  # fmt: skip
+            "processes": jax.process_count(), "cpu_count": os.cpu_count(), "machine": platform.machine(),
+            "host_malloc": hostmem.state()["mode"]}  # fmt: skip
 
 
 def record(seed: int, wall_time_s: float, train_time_s: float, argv: list[str] | None = None) -> dict:

@@ -41,7 +41,9 @@ _MIN_TIME = flags.DEFINE_float("min_time", 0.5, "Each timing repeats the step un
 _DTYPES = flags.DEFINE_list("dtypes", [], "Compute dtypes; default float32 on CPU, float32 and bfloat16 on GPU.")
 _UNROLL = flags.DEFINE_integer("unroll", 0, "lax.scan unroll for lbtrain (0 = the model default).")
 _JSON = flags.DEFINE_string("json", "", "Also write the results to this JSON file.")
-_PROFILE = flags.DEFINE_integer("profile", 0, "Also profile lbtrain's step at the first size/batch; print the top N ops.")
+_PROFILE = flags.DEFINE_integer("profile", 0, "Also profile, and print the top N ops: --mode=step lbtrain's step "
+                               "at the first size/batch; --mode=loop the bare step at the first batch, with "
+                               "what bounds it (matmul time, page faults, the matmul FLOP floor).")  # fmt: skip
 _MODE = flags.DEFINE_enum("mode", "step", ["step", "loop"], "step: the bare training step of each implementation; "
                           "loop: the whole lbtrain training loop vs its bare step vs a PyTorch training loop.")
 _LOOP_CONFIG = flags.DEFINE_string("loop_config", "configs/ptb_lstm.py:corpus=kjv,size=medium",
@@ -49,6 +51,9 @@ _LOOP_CONFIG = flags.DEFINE_string("loop_config", "configs/ptb_lstm.py:corpus=kj
 _VARIANTS = flags.DEFINE_list(
     "variants", [], "--mode=loop: more lbtrain loop columns, each one or more ';'-joined config overrides, e.g. "
     "prng_impl=rbg or 'log_every_steps=1' (the ablations of docs/performance.md).")  # fmt: skip
+_HOST_MALLOC = flags.DEFINE_enum("host_malloc", "auto", ["auto", "reuse", "system"], "What the C allocator does "
+                                  "with freed host memory, for every column (lbtrain/hostmem.py; the config "
+                                  "value of the same name).")  # fmt: skip
 _LOOP_TOKENS = flags.DEFINE_integer("loop_tokens", 42_000, "--mode=loop: tokens each implementation trains per "
                                     "round (at least 8 updates).")  # fmt: skip
 
@@ -253,6 +258,9 @@ def _block(impl, value):
 
 def main(argv):
     del argv
+    from lbtrain import hostmem
+
+    print(f"host_malloc: {hostmem.configure(_HOST_MALLOC.value)}", flush=True)  # before JAX's backend starts
     if _MODE.value == "loop":
         return main_loop()
     import jax
@@ -317,15 +325,17 @@ def main(argv):
         print(f"| {row['size']} | {row['batch']} | {row['dtype']} | {cells} | {ratio('torch')} | {ratio('flax')} |")
     if _JSON.value:
         with open(_JSON.value, "w") as f:
-            json.dump({"platform": platform, "matmul_peak_gflops": peak, "results": results}, f, indent=2)
+            json.dump({"platform": platform, "host_malloc": hostmem.state(), "matmul_peak_gflops": peak,
+                       "results": results}, f, indent=2)  # fmt: skip
     if _PROFILE.value:
         profile_lbtrain(*SIZES[_SIZES.value[0]], int(_BATCHES.value[0]), dtypes[0], top=_PROFILE.value)
 
 
-def profile_lbtrain(hidden: int, steps: int, batch: int, dtype: str, top: int) -> None:
-    """Where the time of one lbtrain step goes: per-op durations from a JAX profiler trace.
+def op_profile(call, hlo_text: str, reps: int = 3) -> tuple[float, dict, dict, dict]:
+    """Per-op milliseconds of ``call()`` (which blocks) from a JAX profiler trace, averaged over ``reps``.
 
-    Ops running concurrently on other threads overlap, so the column sums to more than the step."""
+    Returns (wall ms per call, {op: ms}, {op: calls per call}, {op: (result shape, jax op)}). Ops running
+    concurrently on other threads overlap, so the ms column can sum to more than the wall time."""
     import collections
     import glob
     import gzip
@@ -333,15 +343,11 @@ def profile_lbtrain(hidden: int, steps: int, batch: int, dtype: str, top: int) -
 
     import jax
 
-    run = make_lbtrain(hidden, batch, steps, dtype)
-    for _ in range(2):
-        _block_jax(run())
-    reps = 3
     with tempfile.TemporaryDirectory() as d:
         jax.profiler.start_trace(d, create_perfetto_trace=True)
         start = time.perf_counter()
         for _ in range(reps):
-            _block_jax(run())
+            call()
         wall = (time.perf_counter() - start) / reps
         jax.profiler.stop_trace()
         events = json.load(gzip.open(glob.glob(f"{d}/**/*.trace.json.gz", recursive=True)[0]))["traceEvents"]
@@ -350,17 +356,34 @@ def profile_lbtrain(hidden: int, steps: int, batch: int, dtype: str, top: int) -
         if e.get("ph") == "X" and not e["name"].startswith(("ThunkExecutor", "$", "PjitFunction", "Slinky")):
             total[e["name"]] += e["dur"] / 1e3 / reps
             count[e["name"]] += 1
-    # name -> (result shape, the jax op it came from), from the optimised HLO
-    described = {}
-    for line in run.hlo_text().splitlines():
-        m = re.match(r"\s*(?:ROOT )?%([\w.\-]+) = (\S+) .*?(?:op_name=\"([^\"]+)\")?", line)
+    described = {}  # name -> (result shape, the jax op it came from), from the optimised HLO
+    for line in hlo_text.splitlines():
+        m = re.match(r"\s*(?:ROOT )?%([\w.\-]+) = (\S+) ", line)
         if m and m.group(1) in total:
             op = re.search(r'op_name="([^"]+)"', line)
             described[m.group(1)] = (m.group(2).split("{")[0], op.group(1).split("/", 1)[-1] if op else "")
-    print(f"\nprofile of one lbtrain step (hidden {hidden}, T {steps}, batch {batch}, {dtype}): {1e3 * wall:.1f} ms wall")
+    return 1e3 * wall, dict(total), {k: v // reps for k, v in count.items()}, described
+
+
+def is_matmul(op: str) -> bool:
+    """XLA:CPU's matmuls: its own dots and the YNNPACK fusions (which hold dots and their reductions)."""
+    return op.startswith(("ynn_fusion", "dot", "onednn", "__onednn", "custom-call"))
+
+
+def print_op_profile(title: str, wall: float, total: dict, count: dict, described: dict, top: int) -> None:
+    print(f"\n{title}: {wall:.1f} ms wall")
     for name, ms in sorted(total.items(), key=lambda kv: -kv[1])[:top]:
         shape, op = described.get(name, ("", ""))
-        print(f"  {ms:8.2f} ms  {count[name] // reps:4d} calls  {name:28s} {shape:22s} {op[-70:]}")
+        print(f"  {ms:8.2f} ms  {count[name]:4d} calls  {name:28s} {shape:22s} {op[-70:]}")
+
+
+def profile_lbtrain(hidden: int, steps: int, batch: int, dtype: str, top: int) -> None:
+    """Where the time of one lbtrain step goes: per-op durations from a JAX profiler trace."""
+    run = make_lbtrain(hidden, batch, steps, dtype)
+    for _ in range(2):
+        _block_jax(run())
+    profile = op_profile(lambda: _block_jax(run()), run.hlo_text())
+    print_op_profile(f"profile of one lbtrain step (hidden {hidden}, T {steps}, batch {batch}, {dtype})", *profile, top)
 
 
 # ------------------------------------------------------------------------------------- --mode=loop
@@ -478,6 +501,41 @@ class BareStep:
         _block_jax(self.state)
         return self.steps * self.tokens_per_step / (time.perf_counter() - start)
 
+    def one(self) -> None:
+        self.state = self.step(*self.state, self.batch)
+        _block_jax(self.state)
+
+    def hlo_text(self) -> str:
+        return self.step.lower(*self.state, self.batch).compile().as_text()
+
+
+def bare_step_bound(bare: BareStep, run, top: int) -> dict:
+    """What bounds the bare step: a profile split into matmul and other time, the page faults per step,
+    and the step's matmul FLOPs against the best fp32 matmul rate measured on this machine."""
+    import resource
+
+    cfg = run.config
+    hidden, layers, vocab = int(cfg.model.hidden_size), int(cfg.model.num_layers), int(cfg.model.vocab_size)
+    window = int(cfg.data.window)
+    faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    for _ in range(3):
+        bare.one()
+    faults = (resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults) / 3
+    wall, total, count, described = op_profile(bare.one, bare.hlo_text())
+    print_op_profile(f"profile of the bare step (batch {bare.tokens_per_step // window}, dropout on)", wall, total,
+                     count, described, top)  # fmt: skip
+    matmul_ms = sum(ms for name, ms in total.items() if is_matmul(name))
+    flops = step_flops(hidden, bare.tokens_per_step // window, window, vocab, layers)
+    peak = max(max(measure_matmul_peak().values()) for _ in range(3)) * 1e9
+    out = {"wall_ms": wall, "matmul_ms": matmul_ms, "other_ms": sum(total.values()) - matmul_ms,
+           "minor_page_faults_per_step": faults, "step_gflop": flops / 1e9, "matmul_peak_gflops": peak / 1e9,
+           "matmul_floor_ms": 1e3 * flops / peak, "tokens_per_s_at_floor": bare.tokens_per_step * peak / flops}  # fmt: skip
+    print(f"bare step: {wall:.0f} ms, of which matmuls {matmul_ms:.0f} ms (op time; the rest {out['other_ms']:.0f} ms); "
+          f"{faults:,.0f} page faults a step | {flops / 1e9:.1f} GFLOP of matmuls a step at the best measured "
+          f"{peak / 1e9:.0f} GFLOP/s: {out['matmul_floor_ms']:.0f} ms at the least, {out['tokens_per_s_at_floor']:,.0f} "
+          "tok/s at the most", flush=True)  # fmt: skip
+    return out
+
 
 class TorchLoop:
     """A plain PyTorch word-LM training loop with the config's shapes and recipe: embedding -> dropout ->
@@ -551,7 +609,7 @@ def main_loop():
     timed interleaved for ``--rounds`` rounds (median), as tokens/s and ratios."""
     from absl import logging
 
-    from lbtrain import config_lib, provenance
+    from lbtrain import config_lib, hostmem, provenance
 
     logging.set_verbosity(logging.WARNING)  # Orbax's per-save info lines
     try:
@@ -587,6 +645,11 @@ def main_loop():
         if have_torch:
             row["loop_over_torch_loop"] = tps["loop"] / tps["torch loop"]
             row["bare_step_over_torch_loop"] = tps["bare step"] / tps["torch loop"]
+        if _PROFILE.value and not results:
+            row["bare_step_bound"] = bound = bare_step_bound(columns["bare step"], base.run, _PROFILE.value)
+            if have_torch:
+                bound["floor_over_torch_loop"] = bound["tokens_per_s_at_floor"] / tps["torch loop"]
+                print(f"the most the bare step could reach, over the torch loop: {bound['floor_over_torch_loop']:.2f}x")
         results.append(row)
         cells = " | ".join(f"{k} {v:,.0f}" for k, v in tps.items())
         ratios = " | ".join(f"{k} {v:.3f}x" for k, v in row.items() if k.endswith(("_over_bare_step", "_loop")) and
@@ -608,6 +671,7 @@ def main_loop():
         out = {"mode": "loop", "argv": sys.argv, "code": provenance.code(), "versions": versions,
                "hardware": {**provenance.hardware(), "processor": platform.processor() or _cpu_model()},
                "settings": {"config": _LOOP_CONFIG.value, "batches": _BATCHES.value, "rounds": _ROUNDS.value,
+                            "host_malloc": hostmem.state(),
                             "variants": _VARIANTS.value, "loop_tokens": _LOOP_TOKENS.value},
                "results": results}  # fmt: skip
         with open(_JSON.value, "w") as f:

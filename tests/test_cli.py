@@ -2,10 +2,13 @@
 
 import json
 import os
+import platform
 import subprocess
 import sys
 
 import pytest
+
+from lbtrain import hostmem
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -25,6 +28,10 @@ def test_run_with_overrides(tmp_path):
     results = json.loads((tmp_path / "results.json").read_text())
     assert results["plan"]["peak_lr"] == pytest.approx(4.0) and results["plan"]["optimizer"] == "lars"
     assert json.loads((tmp_path / "config.json").read_text())["optim"]["name"] == "lars"
+    # the CLI applies host_malloc (auto) before JAX starts, and the provenance says what it did
+    expected = hostmem.resolve("auto", os.environ.get("JAX_PLATFORMS"), hostmem.installed())
+    expected = expected if platform.libc_ver()[0] == "glibc" else "system"
+    assert json.loads((tmp_path / "provenance.json").read_text())["hardware"]["host_malloc"] == expected
 
 
 BUG = """

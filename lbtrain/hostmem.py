@@ -1,0 +1,95 @@
+"""How the process's C allocator treats freed host memory (config value ``host_malloc``).
+
+XLA:CPU allocates each execution's scratch buffer (168 MB for a PTB-medium step at batch 20) with
+``malloc`` on one of its worker threads and frees it when the execution ends. With glibc's defaults an
+allocation that large is an ``mmap`` of fresh pages (a worker thread's arena cannot hold it) that ``free``
+hands straight back to the kernel, so every step page-faults its whole scratch in again (41k faults per
+step in that example; docs/performance.md measures the cost). ``reuse`` makes glibc keep freed memory
+for the next request instead:
+
+- one ``malloc`` arena for all threads (``M_ARENA_MAX=1``), whose heap can grow without ``mmap``;
+- no ``mmap`` for large requests (``M_MMAP_MAX=0``);
+- no returning the heap's free top to the kernel (``M_TRIM_THRESHOLD`` at its maximum).
+
+The price: the resident memory stays at its peak, and threads share one arena's lock for requests that
+their per-thread caches cannot serve. Nothing computed changes. The settings must be made before JAX
+starts its backend (its threads pick their arena at their first allocation); :func:`configure` says so
+when it is called too late. ``auto`` means ``reuse`` when the run will be on the CPU (no accelerator
+plugin installed, or ``JAX_PLATFORMS=cpu``) and ``system`` otherwise, where the step's scratch lives in
+device memory. On a C library other than glibc every mode leaves the allocator as it is.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import importlib.metadata
+import os
+import platform
+
+from lbtrain.errors import ConfigError
+
+MODES = ("auto", "reuse", "system")
+DEFAULT_MODE = MODES[0]
+
+# glibc's mallopt parameters (malloc.h)
+_M_TRIM_THRESHOLD, _M_MMAP_MAX, _M_ARENA_MAX = -1, -4, -8
+_TRIM_MAX = 2**31 - 1  # mallopt takes an int
+# distributions that give JAX an accelerator backend
+_ACCELERATOR_PLUGINS = ("jax-cuda", "jax_cuda", "jax-rocm", "jax_rocm", "libtpu", "jax-tpu", "jax_tpu")
+
+_state = {"mode": "system", "reason": "not configured"}
+
+
+def resolve(mode: str, jax_platforms: str | None, installed: list[str]) -> str:
+    """``reuse`` or ``system`` for a configured ``mode``, given ``$JAX_PLATFORMS`` and the installed
+    distribution names."""
+    if mode not in MODES:
+        raise ConfigError(f"unknown host_malloc {mode!r}; valid choices: {', '.join(MODES)}")
+    if mode != "auto":
+        return mode
+    if jax_platforms:
+        return "reuse" if jax_platforms.split(",")[0].strip().lower() == "cpu" else "system"
+    on_accelerator = any(name.lower().startswith(_ACCELERATOR_PLUGINS) for name in installed)
+    return "system" if on_accelerator else "reuse"
+
+
+def installed() -> list[str]:
+    """The names of the installed Python distributions."""
+    return [d.metadata["Name"] or "" for d in importlib.metadata.distributions()]
+
+
+def _backend_started() -> bool:
+    try:
+        from jax._src import xla_bridge
+
+        return bool(xla_bridge.backends_are_initialized())
+    except (ImportError, AttributeError):
+        return False
+
+
+def configure(mode: str = DEFAULT_MODE) -> dict:
+    """Apply ``mode`` to this process (before JAX's backend starts); returns :func:`state`. Only the first
+    call acts: glibc's arenas, once chosen, cannot be undone."""
+    import jax
+
+    if _state["reason"] != "not configured":
+        return state()
+
+    chosen = resolve(mode, os.environ.get("JAX_PLATFORMS") or jax.config.jax_platforms, installed())
+    if chosen == "system":
+        _state.update(mode="system", reason=f"host_malloc={mode}")
+    elif platform.libc_ver()[0] != "glibc":
+        _state.update(mode="system", reason=f"host_malloc={mode}, but the C library is not glibc")
+    elif _backend_started():
+        _state.update(mode="system", reason=f"host_malloc={mode}, but JAX's backend had already started")
+    else:
+        libc = ctypes.CDLL(None)
+        ok = all(libc.mallopt(p, v) == 1 for p, v in
+                 ((_M_ARENA_MAX, 1), (_M_MMAP_MAX, 0), (_M_TRIM_THRESHOLD, _TRIM_MAX)))  # fmt: skip
+        _state.update(mode="reuse" if ok else "system", reason=f"host_malloc={mode}" + ("" if ok else ", mallopt refused"))
+    return state()
+
+
+def state() -> dict:
+    """What this process's allocator does: ``{"mode": "reuse" | "system", "reason": ...}``."""
+    return dict(_state)
