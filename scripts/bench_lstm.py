@@ -669,7 +669,7 @@ def main_loop():
         if have_torch:
             versions["torch"] = torch.__version__
         out = {"mode": "loop", "argv": sys.argv, "code": provenance.code(), "versions": versions,
-               "hardware": {**provenance.hardware(), "processor": platform.processor() or _cpu_model()},
+               "hardware": {**provenance.hardware(), "processor": platform.processor() or cpu_model()},
                "settings": {"config": _LOOP_CONFIG.value, "batches": _BATCHES.value, "rounds": _ROUNDS.value,
                             "host_malloc": hostmem.state(),
                             "variants": _VARIANTS.value, "loop_tokens": _LOOP_TOKENS.value},
@@ -678,7 +678,7 @@ def main_loop():
             json.dump(out, f, indent=2)
 
 
-def _cpu_model() -> str:
+def cpu_model() -> str:
     try:
         for line in open("/proc/cpuinfo"):
             if line.startswith("model name"):
