@@ -19,16 +19,18 @@ import statistics
 import subprocess
 import sys
 
-from absl import app, flags
+import argparse
 
-_CONFIG = flags.DEFINE_string("config", "configs/ptb_lstm.py:corpus=kjv,size=medium", "Config (the batch is added).")
-_BATCHES = flags.DEFINE_list("batches", ["20", "640"], "Batch sizes.")
-_ROUNDS = flags.DEFINE_integer("rounds", 2, "Timed rounds per process (median).")
-_TOKENS = flags.DEFINE_integer("tokens", 14_000, "Tokens per round (at least 3 steps).")
-_REPEATS = flags.DEFINE_integer("repeats", 2, "Processes per mode and batch, alternating the modes.")
-_JSON = flags.DEFINE_string("json", "", "Also write the results to this JSON file.")
-_CHILD = flags.DEFINE_string("child", "", "Internal: run one measurement in this process with this mode.")
-_BATCH = flags.DEFINE_integer("batch", 0, "Internal: the child's batch.")
+# argparse, not absl flags: the child imports bench_lstm, whose absl flags would clash with ours
+PARSER = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+PARSER.add_argument("--config", default="configs/ptb_lstm.py:corpus=kjv,size=medium", help="Config (the batch is added).")
+PARSER.add_argument("--batches", default="20,640", help="Batch sizes, comma-separated.")
+PARSER.add_argument("--rounds", type=int, default=2, help="Timed rounds per process (median).")
+PARSER.add_argument("--tokens", type=int, default=14_000, help="Tokens per round (at least 3 steps).")
+PARSER.add_argument("--repeats", type=int, default=2, help="Processes per mode and batch, alternating the modes.")
+PARSER.add_argument("--json", default="", help="Also write the results to this JSON file.")
+PARSER.add_argument("--child", default="", help="Internal: run one measurement in this process with this mode.")
+PARSER.add_argument("--batch", type=int, default=0, help="Internal: the child's batch.")
 
 MODES = ("system", "reuse")
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -60,28 +62,27 @@ def child(mode: str, spec: str, batch: int, rounds: int, tokens: int) -> dict:
             "faults_per_step": faults, "peak_rss_gb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20}  # fmt: skip
 
 
-def measure(mode: str, batch: int) -> dict:
-    cmd = [sys.executable, os.path.abspath(__file__), f"--child={mode}", f"--batch={batch}", f"--config={_CONFIG.value}",
-           f"--rounds={_ROUNDS.value}", f"--tokens={_TOKENS.value}"]  # fmt: skip
+def measure(args, mode: str, batch: int) -> dict:
+    cmd = [sys.executable, os.path.abspath(__file__), f"--child={mode}", f"--batch={batch}", f"--config={args.config}",
+           f"--rounds={args.rounds}", f"--tokens={args.tokens}"]  # fmt: skip
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
     if proc.returncode != 0:
         sys.exit(f"the {mode} run at batch {batch} failed:\n{proc.stderr[-3000:]}")
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-def main(argv):
-    del argv
-    if _CHILD.value:
-        print(json.dumps(child(_CHILD.value, _CONFIG.value, _BATCH.value, _ROUNDS.value, _TOKENS.value)))
+def main(args) -> None:
+    if args.child:
+        print(json.dumps(child(args.child, args.config, args.batch, args.rounds, args.tokens)))
         return
     from lbtrain import provenance
 
     results = []
-    for batch in map(int, _BATCHES.value):
+    for batch in map(int, args.batches.split(",")):
         runs = {mode: [] for mode in MODES}
-        for i in range(_REPEATS.value):
+        for i in range(args.repeats):
             for mode in MODES if i % 2 == 0 else MODES[::-1]:
-                r = measure(mode, batch)
+                r = measure(args, mode, batch)
                 runs[mode].append(r)
                 print(f"  batch {batch} {mode:6s} ({r['state']['mode']}): "
                       + ", ".join(f"{s:,.0f}" for s in r["tokens_per_s"])
@@ -103,7 +104,7 @@ def main(argv):
             print(f"| {row['batch']} | {mode} | {m['tokens_per_s']:,.0f} | {m['faults_per_step']:,.0f} | "
                   f"{m['peak_rss_gb']:.1f} GB |")  # fmt: skip
         print(f"| {row['batch']} | reuse / system | {row['reuse_over_system']:.2f}x | | |")
-    if _JSON.value:
+    if args.json:
         import platform
 
         sys.path.insert(0, os.path.join(ROOT, "scripts"))
@@ -112,12 +113,12 @@ def main(argv):
         out = {"argv": sys.argv, "code": provenance.code(), "versions": provenance.versions(),
                "hardware": {"machine": platform.machine(), "cpu_count": os.cpu_count(),
                             "processor": platform.processor() or bench_lstm.cpu_model()},
-               "settings": {"config": _CONFIG.value, "batches": _BATCHES.value, "rounds": _ROUNDS.value,
-                            "tokens": _TOKENS.value, "repeats": _REPEATS.value},
+               "settings": {"config": args.config, "batches": args.batches, "rounds": args.rounds,
+                            "tokens": args.tokens, "repeats": args.repeats},
                "results": results}  # fmt: skip
-        with open(_JSON.value, "w") as f:
+        with open(args.json, "w") as f:
             json.dump(out, f, indent=2)
 
 
 if __name__ == "__main__":
-    sys.exit(app.run(main))
+    main(PARSER.parse_args())
