@@ -54,7 +54,8 @@ def test_loop_mode_times_the_loop_its_bare_step_and_a_variant(tmp_path):
     out = tmp_path / "loop.json"
     proc = subprocess.run(
         [sys.executable, "scripts/bench_lstm.py", "--mode=loop", "--loop_config=configs/ptb_lstm.py:runlocal=True",
-         "--batches=8", "--rounds=1", "--loop_tokens=100", "--variants=log_every_steps=1", f"--json={out}"],
+         "--batches=8", "--rounds=1", "--loop_tokens=100", "--variants=log_every_steps=1", "--profile=3",
+         f"--json={out}"],
         cwd=ROOT, capture_output=True, text=True, timeout=600,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -67,3 +68,10 @@ def test_loop_mode_times_the_loop_its_bare_step_and_a_variant(tmp_path):
     assert row["loop_over_bare_step"] == pytest.approx(tps["loop"] / tps["bare step"])
     assert result["code"]["commit"] and result["versions"]["jax"] and result["hardware"]["cpu_count"]
     assert ("torch loop" in tps) == ("torch" in result["versions"])
+    # --profile: the bare step's bound, its parts consistent with each other and with the hand FLOP count
+    bound, cfg = row["bare_step_bound"], {"hidden": 128, "vocab": 2000}  # runlocal: 2 x 128, 2k vocab
+    assert bound["step_gflop"] * 1e9 == pytest.approx(load_bench().step_flops(cfg["hidden"], 8, 20, cfg["vocab"]))
+    assert bound["matmul_floor_ms"] == pytest.approx(1e3 * bound["step_gflop"] / bound["matmul_peak_gflops"])
+    assert bound["tokens_per_s_at_floor"] == pytest.approx(8 * 20 / (bound["matmul_floor_ms"] / 1e3))
+    assert 0 < bound["matmul_ms"] and bound["minor_page_faults_per_step"] >= 0 and bound["wall_ms"] > 0
+    assert "of which matmuls" in proc.stdout
