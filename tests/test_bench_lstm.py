@@ -1,5 +1,6 @@
 """scripts/bench_lstm.py: the hand FLOP count and a tiny end-to-end run (no timing asserted)."""
 
+import functools
 import importlib.util
 import json
 import os
@@ -11,6 +12,7 @@ import pytest
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
+@functools.cache  # once per process: the module defines absl flags, which may be defined only once
 def load_bench():
     spec = importlib.util.spec_from_file_location("bench_lstm", os.path.join(ROOT, "scripts/bench_lstm.py"))
     module = importlib.util.module_from_spec(spec)
