@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import ctypes
 import importlib.metadata
-import os
 import platform
 
 from lbtrain.errors import ConfigError
@@ -80,7 +79,7 @@ def configure(mode: str = DEFAULT_MODE) -> dict:
     if _state["reason"] != "not configured":
         return state()
 
-    chosen = resolve(mode, os.environ.get("JAX_PLATFORMS") or jax.config.jax_platforms, installed())
+    chosen = resolve(mode, jax.config.jax_platforms, installed())  # which JAX reads from $JAX_PLATFORMS
     if chosen == "system":
         _state.update(mode="system", reason=f"host_malloc={mode}")
     elif platform.libc_ver()[0] != "glibc":

@@ -13,15 +13,18 @@ resident memory. What the loop gains in the same setting is in ``bench_lstm.py -
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import statistics
 import subprocess
 import sys
 
-import argparse
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "scripts"))
+import bench_lstm  # importing it starts no JAX backend, so host_malloc can still be set after
 
-# argparse, not absl flags: the child imports bench_lstm, whose absl flags would clash with ours
+# argparse, not absl flags: bench_lstm's absl flags would clash with ours
 PARSER = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
 PARSER.add_argument("--config", default="configs/ptb_lstm.py:corpus=kjv,size=medium", help="Config (the batch is added).")
 PARSER.add_argument("--batches", default="20,640", help="Batch sizes, comma-separated.")
@@ -33,7 +36,6 @@ PARSER.add_argument("--child", default="", help="Internal: run one measurement i
 PARSER.add_argument("--batch", type=int, default=0, help="Internal: the child's batch.")
 
 MODES = ("system", "reuse")
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def child(mode: str, spec: str, batch: int, rounds: int, tokens: int) -> dict:
@@ -44,12 +46,9 @@ def child(mode: str, spec: str, batch: int, rounds: int, tokens: int) -> dict:
     from lbtrain import hostmem
 
     state = hostmem.configure(mode)  # before JAX's backend starts
-    sys.path.insert(0, os.path.join(ROOT, "scripts"))
-    import bench_lstm
-
     from lbtrain import config_lib, setup
 
-    config = config_lib.load_config(f"{spec}{',' if ':' in spec else ':'}batch={batch}")
+    config = config_lib.load_config(bench_lstm.with_batch(spec, batch))
     run = setup.build(config, tempfile.mkdtemp(prefix="bench_hostmem_"))
     steps = max(3, -(-tokens // run.plan.items_per_step))
     bare = bench_lstm.BareStep(run, steps)  # compiles and warms up
@@ -106,9 +105,6 @@ def main(args) -> None:
         print(f"| {row['batch']} | reuse / system | {row['reuse_over_system']:.2f}x | | |")
     if args.json:
         import platform
-
-        sys.path.insert(0, os.path.join(ROOT, "scripts"))
-        import bench_lstm
 
         out = {"argv": sys.argv, "code": provenance.code(), "versions": provenance.versions(),
                "hardware": {"machine": platform.machine(), "cpu_count": os.cpu_count(),

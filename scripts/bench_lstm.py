@@ -604,6 +604,11 @@ class TorchLoop:
         return self.steps * self.tokens_per_step / (time.perf_counter() - start)
 
 
+def with_batch(spec: str, batch: int) -> str:
+    """``configs/x.py[:args]`` with ``batch=`` added to its args."""
+    return f"{spec}{',' if ':' in spec else ':'}batch={batch}"
+
+
 def main_loop():
     """Per batch size: the lbtrain loop (and each ``--variants`` column), its bare step and the PyTorch loop,
     timed interleaved for ``--rounds`` rounds (median), as tokens/s and ratios."""
@@ -621,7 +626,7 @@ def main_loop():
         have_torch = False
     results = []
     for batch in map(int, _BATCHES.value):
-        spec = f"{_LOOP_CONFIG.value}{',' if ':' in _LOOP_CONFIG.value else ':'}batch={batch}"
+        spec = with_batch(_LOOP_CONFIG.value, batch)
         tokens_per_step = batch * int(config_lib.load_config(spec).data.window)
         steps = max(8, -(-_LOOP_TOKENS.value // tokens_per_step))
         columns = {"loop": LoopBench(spec, [], steps)}

@@ -83,6 +83,8 @@ def set_key(cfg, key, value):
         ("data.name", "cifar", "unknown data.name 'cifar'; valid choices: mnist, lm, translation, images"),
         ("task", "qa", "unknown task 'qa'; valid choices: classification, language_model, translation"),
         ("nan_policy", "ignore", "unknown nan_policy 'ignore'; valid choices: stop, skip"),
+        ("prng_impl", "philox", "unknown prng_impl 'philox'; valid choices: threefry2x32, rbg, unsafe_rbg"),
+        ("host_malloc", "fast", "unknown host_malloc 'fast'; valid choices: auto, reuse, system"),
     ],
 )
 def test_misplaced_or_out_of_range_keys_fail_with_one_line_naming_them(key, value, message):
