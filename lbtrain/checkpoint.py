@@ -14,6 +14,12 @@ position weights ``2i + 1``; any single flipped bit changes the weighted sum. :m
 recomputes it on what it read; a checkpoint that does not match, or that cannot be read at all
 (truncated, partly missing), is reported by step in a warning line and the previous one is used.
 
+Multi-host: every process reads and verifies each candidate step, and the processes agree on it before
+any uses it (:func:`lbtrain.hosts.all_processes`): the restored step is the newest that *every* process
+verified, so one host's transient read error cannot put the hosts on different steps. A read failure
+inside the item handlers is returned as a value, not raised, so that the failing process still joins
+Orbax's restore barrier and the digest computation with the others.
+
 A state whose parameters are not all finite is never saved: :meth:`Checkpointer.save` raises
 :class:`NonFiniteStateError` (a :class:`~lbtrain.errors.DivergedError`), so the newest checkpoint is
 always a good one.
@@ -33,7 +39,7 @@ import numpy as np
 import orbax.checkpoint as ocp
 from etils import epath
 
-from lbtrain import rundir
+from lbtrain import hosts, rundir
 from lbtrain.errors import DivergedError, ResumeError, StorageError
 
 DIGEST_FORMAT = "lbtrain-array-digest-1"
@@ -117,6 +123,41 @@ def _store_failure(e: BaseException) -> str | None:
     return code.lower().replace("_", " ")
 
 
+class _Unreadable:
+    """What a tolerant handler returns for an item it could not read: why."""
+
+    def __init__(self, why: str):
+        self.why = why
+
+
+def _tolerant(handler_class, save_args, restore_args):
+    """``handler_class`` whose ``restore`` returns an :class:`_Unreadable` instead of raising, and the
+    save / restore argument types that select it (subclasses of Orbax's own, registered with it, so that
+    Orbax's global choice of handler for its own argument types is left alone)."""
+
+    class Tolerant(handler_class):
+        def restore(self, directory, args=None):
+            try:
+                return super().restore(directory, args=args)
+            except Exception as e:  # a damaged item fails in Orbax / tensorstore with many types
+                return _Unreadable(rundir.describe_error(e))
+
+    Tolerant.__name__ = Tolerant.__qualname__ = f"Tolerant{handler_class.__name__}"
+
+    def registered(base, **which):
+        return ocp.args.register_with_handler(Tolerant, **which)(type(f"Tolerant{base.__name__}", (base,), {}))
+
+    return Tolerant, registered(save_args, for_save=True), registered(restore_args, for_restore=True)
+
+
+_StateHandler, _StateSave, _StateRestore = _tolerant(
+    ocp.StandardCheckpointHandler, ocp.args.StandardSave, ocp.args.StandardRestore
+)
+_DigestHandler, _DigestSave, _DigestRestore = _tolerant(
+    ocp.JsonCheckpointHandler, ocp.args.JsonSave, ocp.args.JsonRestore
+)
+
+
 def _params(state):
     return getattr(state, "params", state)
 
@@ -137,7 +178,9 @@ class Checkpointer:
             enable_async_checkpointing=False, cleanup_tmp_directories=True,  # a failed or killed save's leftovers
         )  # fmt: skip
         with rundir.storage_errors(self.directory, "open the checkpoint directory"):
-            self.manager = ocp.CheckpointManager(self.directory, options=options, item_names=("state", "digest"))
+            self.manager = ocp.CheckpointManager(
+                self.directory, options=options, item_handlers={"state": _StateHandler(), "digest": _DigestHandler()}
+            )
         self.restored_step: int | None = None
         self.damaged: dict[int, str] = {}  # step -> why, found by restore in this process
 
@@ -168,8 +211,8 @@ class Checkpointer:
         digest = {"format": DIGEST_FORMAT, "leaves": array_digest(saveable)}
         try:
             with rundir.storage_errors(self.directory, f"save the checkpoint at step {step} in"):
-                saved = self.manager.save(step, args=ocp.args.Composite(state=ocp.args.StandardSave(saveable),
-                                                                        digest=ocp.args.JsonSave(digest)), force=force)  # fmt: skip
+                saved = self.manager.save(step, args=ocp.args.Composite(state=_StateSave(saveable),
+                                                                        digest=_DigestSave(digest)), force=force)  # fmt: skip
                 self.manager.wait_until_finished()
         except ValueError as e:
             why = _store_failure(e)
@@ -181,44 +224,54 @@ class Checkpointer:
                                "space or fix permissions, then run the same command again to resume") from e  # fmt: skip
         return saved
 
-    def _restore_step(self, step: int, abstract):
-        """(saved tree, None) or (None, why it is unusable)."""
+    def _restore_step(self, step: int, abstract, fallback):
+        """(saved tree, None) or (None, why it is unusable). Every process runs the same collectives here
+        whatever it finds (``fallback``, the template's arrays, stands in for a tree it could not read)."""
         has_digest = (epath.Path(self.directory) / str(step) / "digest").exists()
-        args = {"state": ocp.args.StandardRestore(abstract)}
+        args = {"state": _StateRestore(abstract)}
         if has_digest:
-            args["digest"] = ocp.args.JsonRestore()
+            args["digest"] = _DigestRestore()
         try:
             restored = self.manager.restore(step, args=ocp.args.Composite(**args))
-        except Exception as e:  # a damaged checkpoint fails in Orbax / tensorstore with many types
+        except Exception as e:  # damaged beyond what the item handlers see (step metadata, the folder itself)
             return None, f"unreadable: {rundir.describe_error(e)}"
-        if not has_digest:
+        state, expected = restored["state"], restored["digest"] if has_digest else None
+        actual = array_digest(fallback if isinstance(state, _Unreadable) else state)
+        if isinstance(state, _Unreadable):
+            return None, f"unreadable: {state.why}"
+        if isinstance(expected, _Unreadable):
+            return None, f"its digest is unreadable: {expected.why}"
+        if expected is None:
             rundir.warn(f"the checkpoint at step {step} in {self.directory} has no digest: restored unverified")
-            return restored["state"], None
-        expected = restored["digest"].get("leaves", {})
-        actual = array_digest(restored["state"])
+            return state, None
+        expected = expected.get("leaves", {})
         if set(expected) != set(actual):
             return None, "its digest lists other arrays than the checkpoint holds"
         wrong = [p for p in actual if actual[p] != expected[p]]
         if wrong:
             return None, f"array data does not match its digest (first: {wrong[0]}; {len(wrong)} arrays)"
-        return restored["state"], None
+        return state, None
 
     def restore(self, template, step: int | None = None):
         """The newest verified state at or before ``step`` (default: the latest), placed like ``template``'s
         arrays. Damaged checkpoints are skipped with a warning line each; ``restored_step`` tells which
-        step was used. Raises :class:`ResumeError` if none verifies."""
+        step was used. Raises :class:`ResumeError` if none verifies. In a multi-process run a step counts
+        as verified only if every process verified it."""
         steps = [s for s in sorted(self.manager.all_steps(), reverse=True) if step is None or s <= step]
         if not steps:
             raise ResumeError(f"no checkpoint{'' if step is None else f' at or before step {step}'} in "
                               f"{self.directory}")  # fmt: skip
-        abstract = jax.tree.map(
-            lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding), _to_saveable(template)
-        )
+        saveable = _to_saveable(template)
+        abstract = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding), saveable)
         for i, s in enumerate(steps):
-            saved, why = self._restore_step(s, abstract)
-            if saved is not None:
+            saved, why = self._restore_step(s, abstract, saveable)
+            verified = hosts.gather(int(saved is not None))
+            if all(verified):
                 self.restored_step = s
                 return _from_saved(saved, template)
+            if why is None:
+                failed = [str(p) for p, ok in enumerate(verified) if not ok]
+                why = f"process{'es' if len(failed) > 1 else ''} {', '.join(failed)} could not read or verify it"
             self.damaged[s] = why
             nxt = f"trying step {steps[i + 1]}" if i + 1 < len(steps) else "no older checkpoint is left"
             rundir.warn(f"the checkpoint at step {s} in {self.directory} is damaged ({why}): {nxt}")

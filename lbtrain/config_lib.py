@@ -111,7 +111,10 @@ def add_run_fields(config: ml_collections.ConfigDict) -> ml_collections.ConfigDi
     config.host_malloc = hostmem.DEFAULT_MODE
     config.accum_steps = 1  # micro-batches per update (gradient accumulation inside the step)
     config.noise_scale = False  # log the gradient noise scale (micro-batch vs full-batch gradients; >= 2 micro-batches)
-    config.distributed = ml_collections.ConfigDict()  # multi-process; empty = single process (or TPU auto)
+    # multi-process: auto = jax.distributed.initialize() discovers the cluster (TPU VM slices, SLURM, Open MPI,
+    # Kubernetes; scripts/tpu_launch.sh sets $LBTRAIN_DISTRIBUTED_AUTO=1 instead); or an explicit coordinator
+    config.distributed = ml_collections.ConfigDict()
+    config.distributed.auto = False
     config.distributed.coordinator_address = ""  # host:port of process 0 (or $LBTRAIN_COORDINATOR)
     config.distributed.num_processes = 0
     config.distributed.process_id = -1
@@ -121,7 +124,7 @@ def add_run_fields(config: ml_collections.ConfigDict) -> ml_collections.ConfigDi
 # Fields that may change between a run and its resumption without altering what is computed.
 RESUMABLE_CHANGES = ("log_every_steps", "eval_every_epochs", "checkpoint_every_epochs", "keep_checkpoints",
                      "resume_policy", "num_devices", "host_malloc", "eval_batch_size", "distributed.coordinator_address",
-                     "distributed.num_processes", "distributed.process_id")  # fmt: skip
+                     "distributed.num_processes", "distributed.process_id", "distributed.auto")  # fmt: skip
 RESUME_POLICIES = ("strict", "allow_changes")
 PRNG_IMPLS = ("threefry2x32", "rbg", "unsafe_rbg")
 DEFAULT_PRNG_IMPL = PRNG_IMPLS[0]

@@ -17,7 +17,7 @@ from typing import Any
 
 import jax
 
-from lbtrain import config_lib, optim, parallel, provenance, rundir
+from lbtrain import config_lib, hosts, optim, parallel, provenance, rundir
 from lbtrain import step as step_lib
 from lbtrain.checkpoint import Checkpointer
 from lbtrain.errors import DivergedError, ResumeError
@@ -62,14 +62,27 @@ def check_finite(state, nan_policy: str, checkpoints) -> None:
 
 
 class PreemptionWatch:
-    """SIGTERM (and, on multi-host TPU, JAX's preemption sync point) asks the loop to checkpoint and stop
-    after the current step. Installs its handler only in the main thread, and restores the old one."""
+    """A stop request (SIGTERM: a preemption, ``scripts/tpu_launch.sh --stop``) that every process obeys at
+    the same step, after which the loop checkpoints and exits 0.
+
+    * One process: a SIGTERM handler (main thread only; the old one restored on exit) sets a flag that the
+      loop reads after every step.
+    * Several processes with JAX's preemption service (``jax.distributed.initialize`` starts it): JAX's own
+      notifier catches the SIGTERM on whichever host gets it and the coordination service picks one step that
+      every host reaches (:func:`~jax.experimental.multihost_utils.reached_preemption_sync_point`, called
+      after every step, a few microseconds). No Python handler is installed: it would replace JAX's notifier
+      and leave the signal to its own host alone.
+    * Several processes without the service: the flag of every host is gathered at the loop's agreement
+      steps (logged, evaluated and checkpointed steps) and all stop if any host has it.
+    """
 
     def __init__(self):
-        self.flag, self.previous = False, None
+        self.flag, self.previous, self.service = False, None, False
 
     def __enter__(self):
-        if threading.current_thread() is threading.main_thread():
+        if jax.process_count() > 1 and getattr(jax.config, "jax_enable_preemption_service", False):
+            self.service = True
+        elif threading.current_thread() is threading.main_thread():
             self.previous = signal.signal(signal.SIGTERM, self._handle)
         return self
 
@@ -80,14 +93,15 @@ class PreemptionWatch:
     def _handle(self, signum, frame):
         self.flag = True
 
-    def requested(self, step: int) -> bool:
-        if jax.process_count() > 1:  # every host must stop at the same step
+    def requested(self, step: int, agreement_step: bool = True) -> bool:
+        """Whether every process stops after ``step`` (the same answer on all). Call after every step, on
+        every process; ``agreement_step``: the processes may gather their flags here."""
+        if self.service:
             from jax.experimental import multihost_utils
 
-            try:
-                return multihost_utils.reached_preemption_sync_point(step) or self.flag
-            except RuntimeError:  # no preemption service (not a TPU pod)
-                pass
+            return multihost_utils.reached_preemption_sync_point(step)
+        if jax.process_count() > 1:
+            return agreement_step and hosts.any_process(self.flag)
         return self.flag
 
 
@@ -152,7 +166,10 @@ class _Session:
         check_finite(self.state, self.config.nan_policy, self.checkpoints)  # never commit a state after a bad update
         self.writer.flush()
         self.checkpoints.save(step, self.state, force=True)
-        self.lock.check()  # another run took the workdir over (a stale lock): stop here, nothing lost
+        # another run took the workdir over (a stale lock): every process stops here, nothing lost. Only
+        # process 0 holds the lock, so its finding is shared before anyone acts on it.
+        if hosts.any_process(self.lock.lost):
+            raise rundir.taken_over(self.workdir)
 
     def close(self) -> None:
         self.progress.close()
@@ -185,8 +202,9 @@ def _iterate(s: _Session, preemption: PreemptionWatch) -> bool:
             s.evaluate(step)
             t_seg = time.perf_counter()
             s.progress.start(step)
-        preempted = preemption.requested(step)
-        if preempted or step % plan.checkpoint_every == 0 or step == total:
+        due = step % plan.checkpoint_every == 0 or step == total
+        preempted = preemption.requested(step, due or step % plan.log_every == 0 or step % plan.eval_every == 0)
+        if preempted or due:
             s.save(step)
         if preempted and step < total:  # asked at the last step: the run has finished anyway
             return False
@@ -203,7 +221,7 @@ def train(run, workdir: str, lock=None) -> dict[str, Any]:
     """
     if lock is None:
         rundir.check_writable(workdir)
-        with rundir.lock(workdir, parallel.is_writer()) as lock:
+        with hosts.workdir_lock(workdir) as lock:
             return train(run, workdir, lock)
     # SIGTERM is caught from the restore to the last file written: once training has ended, a late one
     # only lets the closing writes finish (results.json, provenance.json) instead of killing them midway
@@ -255,5 +273,5 @@ def train_and_evaluate(config, workdir: str) -> dict[str, Any]:
     from lbtrain import setup
 
     rundir.check_writable(workdir)
-    with rundir.lock(workdir, parallel.is_writer()) as lock:  # before the data writes its vocabulary there
+    with hosts.workdir_lock(workdir) as lock:  # before the data writes its vocabulary there
         return train(setup.build(config, workdir), workdir, lock)

@@ -19,17 +19,42 @@ from jax.sharding import PartitionSpec as P
 from lbtrain.errors import ShardingError
 
 
+AUTO_ENV = "LBTRAIN_DISTRIBUTED_AUTO"  # set to 1 by scripts/tpu_launch.sh on every worker of a slice
+
+
+def _setting(cfg, key: str, default):
+    return cfg.get(key, default) if cfg is not None else default
+
+
+def distributed_mode(cfg=None) -> str:
+    """How this process joins a multi-process run: ``explicit`` (a coordinator address from
+    ``cfg.coordinator_address`` or ``$LBTRAIN_COORDINATOR``: CPU/gloo tests and hand-made clusters), ``auto``
+    (``cfg.auto`` or ``$LBTRAIN_DISTRIBUTED_AUTO=1``, or a GKE TPU slice's ``TPU_WORKER_HOSTNAMES`` with more
+    than one host: JAX's own cluster detection) or ``single``. An explicit address wins over auto."""
+    if _setting(cfg, "coordinator_address", "") or os.environ.get("LBTRAIN_COORDINATOR", ""):
+        return "explicit"
+    if _setting(cfg, "auto", False) or os.environ.get(AUTO_ENV, "") not in ("", "0"):
+        return "auto"
+    if len([h for h in os.environ.get("TPU_WORKER_HOSTNAMES", "").split(",") if h]) > 1:
+        return "auto"
+    return "single"
+
+
 def initialize_distributed(cfg=None) -> bool:
-    """Start multi-process JAX when asked: ``cfg.coordinator_address`` / ``num_processes`` /
-    ``process_id`` (or the environment variables ``LBTRAIN_COORDINATOR``, ``LBTRAIN_NUM_PROCESSES``,
-    ``LBTRAIN_PROCESS_ID``) give an explicit cluster; on a Cloud TPU VM slice (``TPU_WORKER_HOSTNAMES``
-    lists more than one host) JAX discovers it. CPU processes talk over gloo. Call before any other JAX
-    use. Returns whether more than one process runs."""
-    get = (lambda k, d: cfg.get(k, d)) if cfg is not None else (lambda k, d: d)  # noqa: E731
-    address = get("coordinator_address", "") or os.environ.get("LBTRAIN_COORDINATOR", "")
-    if address:
-        count = int(get("num_processes", 0) or os.environ.get("LBTRAIN_NUM_PROCESSES", 0))
-        index = int(get("process_id", -1) if get("process_id", -1) >= 0 else os.environ.get("LBTRAIN_PROCESS_ID", -1))
+    """Start multi-process JAX when asked (see :func:`distributed_mode`); call before any other JAX use.
+
+    ``auto`` calls ``jax.distributed.initialize()`` with no arguments: JAX detects the cluster itself (Cloud
+    TPU VM slices from the metadata server, SLURM, Open MPI, Kubernetes), and starts its preemption service,
+    which turns a SIGTERM on any host into one agreed stop step. ``explicit`` needs ``num_processes`` and
+    ``process_id`` (config, or ``$LBTRAIN_NUM_PROCESSES`` / ``$LBTRAIN_PROCESS_ID``); CPU processes talk over
+    gloo. Returns whether more than one process runs."""
+    mode = distributed_mode(cfg)
+    if mode == "explicit":
+        address = _setting(cfg, "coordinator_address", "") or os.environ["LBTRAIN_COORDINATOR"]
+        count = int(_setting(cfg, "num_processes", 0) or os.environ.get("LBTRAIN_NUM_PROCESSES", 0))
+        index = int(_setting(cfg, "process_id", -1))
+        if index < 0:
+            index = int(os.environ.get("LBTRAIN_PROCESS_ID", -1))
         if count < 1 or not 0 <= index < count:
             raise ShardingError(
                 f"distributed run at {address} needs num_processes >= 1 and 0 <= process_id < num_processes "
@@ -37,8 +62,15 @@ def initialize_distributed(cfg=None) -> bool:
             )
         jax.config.update("jax_cpu_collectives_implementation", "gloo")
         jax.distributed.initialize(coordinator_address=address, num_processes=count, process_id=index)
-    elif len([h for h in os.environ.get("TPU_WORKER_HOSTNAMES", "").split(",") if h]) > 1:
-        jax.distributed.initialize()
+    elif mode == "auto":
+        try:
+            jax.distributed.initialize()
+        except ValueError as e:  # JAX found no cluster to join: say which switch asked for one
+            raise ShardingError(
+                f"distributed.auto (or ${AUTO_ENV}) asks JAX to discover a multi-host cluster and it found none "
+                f"({str(e).splitlines()[0]}): unset it for a single-host run, or give "
+                "--config.distributed.coordinator_address, .num_processes and .process_id"
+            ) from e
     return jax.process_count() > 1
 
 

@@ -470,8 +470,7 @@ class RunLock:
     def check(self) -> None:
         """Raise :class:`WorkdirLocked` if another run took this lock over (call at checkpoint time)."""
         if self.lost:
-            raise WorkdirLocked(f"{self.path} was taken over by another run: stopping so that two runs never write "
-                                f"{self.workdir}")  # fmt: skip
+            raise taken_over(self.workdir)
 
     def release(self) -> None:
         self._stop.set()
@@ -488,6 +487,13 @@ class RunLock:
 
     def __exit__(self, *exc) -> None:
         self.release()
+
+
+def taken_over(workdir: str | os.PathLike) -> WorkdirLocked:
+    """The error of a run whose workdir lock another run took over (the same line on every process)."""
+    root = path(workdir)
+    return WorkdirLocked(f"{root / LOCK_NAME} was taken over by another run: stopping so that two runs never "
+                         f"write {root}")
 
 
 class _NoLock:
