@@ -84,7 +84,7 @@ def workdir_lock(workdir: str, heartbeat_s: float = 60.0, stale_after_s: float =
     if jax.process_index() == 0:
         try:
             lock = rundir.lock(workdir, True, heartbeat_s, stale_after_s)
-            outcome = "ok\n" + lock.owner["token"]
+            outcome = f"ok\n{lock.owner['token']}\n{rundir.path(workdir)}"
         except LbtrainError as e:
             outcome = _error_line(e)
     outcome = from_process_zero(outcome)
@@ -92,7 +92,7 @@ def workdir_lock(workdir: str, heartbeat_s: float = 60.0, stale_after_s: float =
         if not outcome.startswith("ok\n"):
             _raise_line(outcome)
         if _multi():
-            token = outcome.partition("\n")[2]
+            _, token, where = outcome.split("\n", 2)
             try:
                 seen = (rundir.read_json(rundir.path(workdir) / rundir.LOCK_NAME) or {}).get("token")
             except LbtrainError:
@@ -101,7 +101,7 @@ def workdir_lock(workdir: str, heartbeat_s: float = 60.0, stale_after_s: float =
             blind = [i for i, ok in enumerate(sees) if not ok]
             if blind:
                 raise StorageError(
-                    f"workdir {workdir} is not shared by the {len(sees)} processes of this run (process"
+                    f"workdir {where} is not shared by the {len(sees)} processes of this run (process"
                     f"{'es' if len(blind) > 1 else ''} {', '.join(map(str, blind))} cannot see process 0's "
                     f"{rundir.LOCK_NAME} there): use a folder every host sees the same, e.g. gs://BUCKET/run"
                 )
