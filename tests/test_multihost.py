@@ -35,9 +35,9 @@ def free_port() -> int:
 class Pair:
     """``lbtrain`` as two processes of one distributed run, each logging to its own file."""
 
-    def __init__(self, logs, workdirs, *extra, wrap_second=None):
+    def __init__(self, logs, workdirs, *extra, wrap_second=None, env=None):
         address = f"127.0.0.1:{free_port()}"
-        env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=2")
+        env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=2", **(env or {}))
         self.logs, self.procs = [], []
         for i in range(2):
             cmd = [sys.executable, "-m", "lbtrain.main", *ARGS, *extra, f"--workdir={workdirs[i]}",
@@ -139,10 +139,7 @@ def test_sigterm_to_one_process_stops_both_at_one_step_and_a_second_run_is_locke
     (tmp_path / "a").mkdir()
     run = Pair(tmp_path / "a", [workdir, workdir])
     try:
-        deadline = time.monotonic() + WAIT
-        while not any(r["step"] >= 20 for r in train_rows(workdir)):
-            assert time.monotonic() < deadline and all(p.poll() is None for p in run.procs), run.outputs()
-            time.sleep(0.2)
+        wait_for_step(run, workdir, 20)
 
         (tmp_path / "b").mkdir()
         second = Pair(tmp_path / "b", [workdir, workdir])
@@ -172,6 +169,33 @@ def test_sigterm_to_one_process_stops_both_at_one_step_and_a_second_run_is_locke
     assert [r["loss"] for r in train_rows(workdir)] == [r["loss"] for r in train_rows(reference)]
     for a, b in zip(params(workdir), params(reference)):
         np.testing.assert_array_equal(a, b)
+
+
+def wait_for_step(run: Pair, workdir, step: int) -> None:
+    deadline = time.monotonic() + WAIT
+    while not any(r["step"] >= step for r in train_rows(workdir)):
+        assert time.monotonic() < deadline and all(p.poll() is None for p in run.procs), run.outputs()
+        time.sleep(0.2)
+
+
+@pytest.mark.slow
+def test_without_the_preemption_service_the_flags_are_gathered(tmp_path):
+    """With JAX's preemption service off, each process's own SIGTERM flag is gathered at the agreement steps
+    (every logged step here): both stop at the same step, within one logging interval."""
+    workdir = tmp_path / "run"
+    (tmp_path / "logs").mkdir()
+    run = Pair(tmp_path / "logs", [workdir, workdir], env={"JAX_ENABLE_PREEMPTION_SERVICE": "false"})
+    try:
+        wait_for_step(run, workdir, 20)
+        run.procs[1].send_signal(signal.SIGTERM)
+        outs = run.wait(timeout=120)
+    finally:
+        run.kill()
+    assert [p.returncode for p in run.procs] == [0, 0], outs
+    line = next(x for x in outs[0].splitlines() if x.startswith("preempted at step"))
+    step = int(line.split()[3].split("/")[0])
+    assert step % 5 == 0 and 20 <= step < TOTAL  # stopped at an agreement step
+    assert Checkpointer(str(workdir), EPOCH).latest_step() == step
 
 
 def damage_for_second(checkpoint, spare):
