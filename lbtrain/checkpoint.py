@@ -211,8 +211,8 @@ class Checkpointer:
         digest = {"format": DIGEST_FORMAT, "leaves": array_digest(saveable)}
         try:
             with rundir.storage_errors(self.directory, f"save the checkpoint at step {step} in"):
-                saved = self.manager.save(step, args=ocp.args.Composite(state=_StateSave(saveable),
-                                                                        digest=_DigestSave(digest)), force=force)  # fmt: skip
+                items = ocp.args.Composite(state=_StateSave(saveable), digest=_DigestSave(digest))
+                saved = self.manager.save(step, args=items, force=force)
                 self.manager.wait_until_finished()
         except ValueError as e:
             why = _store_failure(e)

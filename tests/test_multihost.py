@@ -20,9 +20,10 @@ from lbtrain.checkpoint import Checkpointer
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONFIG = "configs/mnist_lstm.py:runlocal=True,batch=32"
-# 2 epochs of 125 steps, a checkpoint after each: a finished run holds steps 125 and 250
-ARGS = [f"--config={CONFIG}", "--config.num_epochs=2", "--config.log_every_steps=5"]
-TOTAL, EPOCH = 250, 125
+# 2 epochs of 125 steps, a checkpoint every 100 steps and at the end: a finished run holds steps 200 and 250
+ARGS = [f"--config={CONFIG}", "--config.num_epochs=2", "--config.log_every_steps=5",
+        "--config.checkpoint_every_epochs=0.8"]
+TOTAL, EPOCH, EARLIER = 250, 125, 200
 WAIT = 420  # seconds any one run may take on a loaded 2-core machine before it counts as hung
 
 
@@ -100,7 +101,7 @@ def last_error(out: str) -> str:
 
 @pytest.fixture(scope="module")
 def finished(tmp_path_factory):
-    """An uninterrupted two-process run to the end (checkpoints at steps 125 and 250)."""
+    """An uninterrupted two-process run to the end (checkpoints at steps 200 and 250)."""
     root = tmp_path_factory.mktemp("finished")
     outs = run_pair(root / "logs", root / "run")
     return root / "run", outs
@@ -202,7 +203,8 @@ def damage_for_second(checkpoint, spare):
     """A wrapper that runs process 1 in its own mount namespace where ``checkpoint``'s array data is a
     truncated copy: a read fault that process 0 does not see."""
     shutil.copytree(checkpoint / "state", spare)
-    data = [os.path.join(d, f) for d, _, fs in os.walk(spare) for f in fs if os.sep + "d" + os.sep in os.path.join(d, f)]
+    files = [os.path.join(d, f) for d, _, names in os.walk(spare) for f in names]
+    data = [f for f in files if f"{os.sep}d{os.sep}" in f]  # OCDBT's data files (the arrays' bytes)
     assert data, sorted(os.listdir(spare))
     for f in data:
         os.truncate(f, os.path.getsize(f) // 2)
@@ -223,9 +225,10 @@ def test_a_read_fault_on_one_process_makes_both_restore_the_same_earlier_step(tm
     outs = run_pair(tmp_path / "logs", workdir, wrap_second=wrap)
     assert f"the checkpoint at step {TOTAL}" in outs[1] and "unreadable" in outs[1], outs[1][-3000:]
     assert f"the checkpoint at step {TOTAL}" in outs[0] and "process 1 could not read or verify it" in outs[0]
-    assert f"resuming from the checkpoint at step {EPOCH}" in outs[0]
-    # both went back to step 125 and trained the same steps again: had process 1 restored step 250 it would
-    # have stopped while process 0 waited in the next step's all-reduce (a hang, failed by the timeout)
+    assert f"resuming from the checkpoint at step {EARLIER}" in outs[0]
+    # both went back to step 200 and trained the same steps again: had process 1 restored step 250 it would
+    # have stopped while process 0 waited in the next step's all-reduce (a hang, failed by the timeout);
+    # and the steps trained again end where the uninterrupted run ended, bit for bit
     for a, b in zip(params(workdir, TOTAL), params(reference, TOTAL)):
         np.testing.assert_array_equal(a, b)
 
