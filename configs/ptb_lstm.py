@@ -17,10 +17,11 @@ KJV corpus at full size (PTB-sized: ~740k training tokens), small model:
 Real PTB (ptb.train.txt / ptb.valid.txt / ptb.test.txt in $PTB_DIR):
   lbtrain --config=configs/ptb_lstm.py:size=medium,batch=1280,scheme=legw --config.data.dir=$PTB_DIR \
     --workdir=/tmp/ptb_medium_1280
-On a Cloud TPU VM (repo in ~/lbtrain, `pip install 'jax[tpu]' -e '.[offline]'`):
-  gcloud compute tpus tpu-vm ssh $TPU --zone=$ZONE --worker=all --command \
-    "cd ~/lbtrain && lbtrain --config=configs/ptb_lstm.py:size=large,batch=1280,scheme=legw \
-     --config.data.dir=\\$HOME/ptb --workdir=\\$HOME/runs/ptb_large_1280"
+On a Cloud TPU slice (the PTB files copied to gs://$BUCKET/ptb; every host reads the same gs:// workdir;
+docs/cloud_tpu.md has the whole path):
+  scripts/tpu_launch.sh --name=lb-ptb --zone=us-central2-b --accelerator=v4-32 --queued --spot --follow \
+    --delete -- --config=configs/ptb_lstm.py:size=large,batch=1280,scheme=legw \
+    --config.data.dir=gs://$BUCKET/ptb --workdir=gs://$BUCKET/runs/ptb_large_1280
 
 Arg keys: size (small | medium | large), batch (default 20), scheme (legw | linear | sqrt | none, or the ablations
 linear_legw_warmup | sqrt_const_warmup),

@@ -165,3 +165,40 @@ def test_a_data_dir_the_chosen_source_does_not_read_is_refused(tmp_path):
     with pytest.raises(config_lib.ConfigError, match="data.dir is set but data.corpus is 'kjv': only corpus=ptb "
                                                      "reads it"):
         data.make(cfg.data)
+
+
+def docstring_commands(path: str) -> list[list[str]]:
+    """The lbtrain arguments of every command in a config file's docstring (``lbtrain ...`` lines, and what
+    follows ``--`` on ``scripts/tpu_launch.sh`` lines), continuation lines joined."""
+    import ast
+    import shlex
+
+    text = ast.get_docstring(ast.parse(open(path).read())).replace("\\\n", " ")
+    commands = []
+    for line in text.splitlines():
+        if "--config" not in line:  # prose
+            continue
+        words = shlex.split(line.strip().replace("$", "X"))
+        if "scripts/tpu_launch.sh" in words:
+            commands.append(words[words.index("--") + 1 :])
+        elif "lbtrain" in words:
+            commands.append(words[words.index("lbtrain") + 1 :])
+    return commands
+
+
+@pytest.mark.parametrize("name", ["mnist_lstm", "ptb_lstm", "gnmt", "resnet50_imagenet"])
+def test_every_command_in_a_config_docstring_names_keys_that_exist(name):
+    """A key misspelt in a documented command (``data.dir`` where the config has ``data.data_dir``) fails
+    the first user who copies it: each documented --config and --config.key must load."""
+    commands = docstring_commands(f"configs/{name}.py")
+    assert commands, name
+    for args in commands:
+        spec = next(a.split("=", 1)[1] for a in args if a.startswith("--config="))
+        cfg = config_lib.load_config(spec)
+        for a in args:
+            if a.startswith("--config."):
+                key = a[len("--config.") :].split("=", 1)[0]
+                node = cfg
+                for part in key.split("."):
+                    assert part in node, f"{name}: {a} names no key of {spec}"
+                    node = node[part]
