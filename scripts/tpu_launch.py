@@ -129,9 +129,9 @@ def parse_args(argv: list) -> argparse.Namespace:
         lbtrain_args = []
     p = argparse.ArgumentParser(
         prog="scripts/tpu_launch.sh",
-        description="Run lbtrain on a Cloud TPU VM slice: create it (plain or queued), copy this checkout, install "
-        "on every worker with its own Python (uv), start the run detached, follow / fetch logs / stop it, and "
-        "delete the slice (also on any failure or interrupt with --delete). Everything after `--` goes to lbtrain. "
+        description="Run lbtrain on a Cloud TPU VM slice: create it (plain or queued), copy this checkout, install on\n"
+        "every worker with its own Python (uv), start the run detached, follow / fetch logs / stop it, and delete\n"
+        "the slice (also on any failure or interrupt, with --delete). Everything after `--` goes to lbtrain.\n"
         "Flags take `--flag value` or `--flag=value`. The whole guide: docs/cloud_tpu.md.",
         epilog="examples:\n"
         "  scripts/tpu_launch.sh --name lb --zone us-central2-b --accelerator v4-32 --queued --spot --follow \\\n"
@@ -145,7 +145,8 @@ def parse_args(argv: list) -> argparse.Namespace:
     )
     where = p.add_argument_group("the slice")
     where.add_argument("--name", help="TPU VM name (also the queued resource's name with --queued)")
-    where.add_argument("--zone", help="zone, e.g. us-central2-b (v4), us-west4-a (v5e), us-east5-a (v5p, v6e)")
+    where.add_argument("--zone", help="zone, e.g. us-central2-b (the TPU types a zone offers: gcloud compute tpus "
+                       "tpu-vm accelerator-types list --zone=ZONE)")  # fmt: skip
     where.add_argument("--project", help="Google Cloud project (default: gcloud's configured project)")
     where.add_argument("--accelerator", default="v4-8", help="accelerator type, e.g. v4-32, v5litepod-16, v5p-8, "
                        "v6e-8 (default: %(default)s)")  # fmt: skip
@@ -161,6 +162,9 @@ def parse_args(argv: list) -> argparse.Namespace:
     make.add_argument("--best-effort", action="store_true", help="with --queued: the best-effort tier "
                       "(gcloud alpha)")  # fmt: skip
     make.add_argument("--reserved", action="store_true", help="use reserved capacity")
+    make.add_argument("--create-arg", action="append", default=[], metavar="ARG",
+                      help="one more flag for the create command, written with `=` since it starts with --: "
+                      "--create-arg=--service-account=SA, --create-arg=--internal-ips (repeatable)")  # fmt: skip
     make.add_argument("--wait-timeout", type=float, default=7200, metavar="SECONDS",
                       help="with --queued: give up waiting for ACTIVE after this long (default: %(default)s)")  # fmt: skip
     make.add_argument("--poll-interval", type=float, default=30, metavar="SECONDS",
@@ -217,8 +221,8 @@ def parse_args(argv: list) -> argparse.Namespace:
         usage("--spot, --best-effort and --reserved are different tiers: choose one")
     if opts.best_effort and not opts.queued:
         usage("--best-effort is a queued-resource tier: add --queued")
-    if (opts.spot or opts.reserved) and not (opts.create or opts.queued):
-        usage("--spot / --reserved choose how the slice is created: add --create or --queued")
+    if (opts.spot or opts.reserved or opts.create_arg) and not (opts.create or opts.queued):
+        usage("--spot / --reserved / --create-arg shape how the slice is created: add --create or --queued")
     for item in opts.env:
         if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*=", item):
             usage(f"--env {item!r}: give NAME=VALUE")
@@ -360,7 +364,6 @@ class Launcher:
         return state
 
     def _provision_dry(self):
-        tier = ["--spot"] if self.o.spot else ["--reserved"] if self.o.reserved else []
         if self.o.queued:
             self.note(f"unless queued resource {self.o.name} exists (then it is reused; FAILED / SUSPENDED: recreated)")
             self.run(self._queued_create_cmd())
@@ -368,10 +371,14 @@ class Launcher:
             self.show(self.gcloud("queued-resources", "describe", self.o.name, "--format=json"))
         elif self.o.create:
             self.note(f"unless TPU VM {self.o.name} exists and is READY (PREEMPTED: deleted first)")
-            self.run(self.gcloud("tpu-vm", "create", self.o.name, f"--accelerator-type={self.o.accelerator}",
-                                 f"--version={self.o.version}", *tier))  # fmt: skip
+            self.run(self._create_cmd())
         self.note("its state and worker count:")
         self.show(self.gcloud("tpu-vm", "describe", self.o.name, "--format=json"))
+
+    def _create_cmd(self) -> list:
+        tier = ["--spot"] if self.o.spot else ["--reserved"] if self.o.reserved else []
+        return self.gcloud("tpu-vm", "create", self.o.name, f"--accelerator-type={self.o.accelerator}",
+                           f"--version={self.o.version}", *tier, *self.o.create_arg)  # fmt: skip
 
     def _queued_create_cmd(self) -> list:
         tier = ["--spot"] if self.o.spot else ["--reserved"] if self.o.reserved else []
@@ -379,7 +386,7 @@ class Launcher:
             tier = ["--best-effort"]
         return self.gcloud("queued-resources", "create", self.o.name, f"--node-id={self.o.name}",
                            f"--accelerator-type={self.o.accelerator}", f"--runtime-version={self.o.version}", *tier,
-                           alpha=self.o.best_effort)  # fmt: skip
+                           *self.o.create_arg, alpha=self.o.best_effort)  # fmt: skip
 
     def _ensure_created(self):
         node = self.describe_node()
@@ -399,9 +406,7 @@ class Launcher:
         elif state is not None:
             raise LaunchError(f"TPU VM {self.o.name} is {state}: start it (gcloud compute tpus tpu-vm start) or "
                               "delete it first")  # fmt: skip
-        tier = ["--spot"] if self.o.spot else ["--reserved"] if self.o.reserved else []
-        cmd = self.gcloud("tpu-vm", "create", self.o.name, f"--accelerator-type={self.o.accelerator}",
-                          f"--version={self.o.version}", *tier)  # fmt: skip
+        cmd = self._create_cmd()
         for attempt in range(self.o.create_retries + 1):
             self.may_exist = True  # an interrupted create can still finish server-side
             res = self.run(cmd, capture=True)

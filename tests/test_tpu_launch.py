@@ -415,3 +415,27 @@ def test_stale_tpu_holders_are_ended_before_a_run(fake):
     assert "removed a stale" in proc.stdout
     assert not os.path.exists(os.path.join(home, "tmp", "libtpu_lockfile"))
     assert json.dumps(fake.state()["nodes"])  # the slice is still there: no --delete
+
+
+def documented_launches() -> list:
+    """Every `scripts/tpu_launch.sh ...` command line of the README, docs/cloud_tpu.md and the configs'
+    docstrings, continuation lines joined."""
+    files = ["README.md", os.path.join("docs", "cloud_tpu.md")]
+    files += [os.path.join("configs", f) for f in sorted(os.listdir(os.path.join(ROOT, "configs"))) if f.endswith(".py")]
+    out = []
+    for name in files:
+        with open(os.path.join(ROOT, name)) as f:
+            text = re.sub(r"\\\n\s*", " ", f.read())
+        for line in text.splitlines():
+            if line.lstrip().startswith("scripts/tpu_launch.sh "):
+                out.append((name, line.strip()))
+    return out
+
+
+def test_every_documented_launch_command_parses():
+    commands = documented_launches()
+    assert {name for name, _ in commands} >= {"README.md", os.path.join("docs", "cloud_tpu.md")}
+    for name, line in commands:
+        words = shlex.split(line.replace("$BUCKET", "bucket").replace("$ZONE", "us-central2-b"), comments=True)
+        proc = subprocess.run(["bash", SCRIPT, "--dry-run", *words[1:]], capture_output=True, text=True, timeout=60)
+        assert proc.returncode == 0, f"{name}: {line}\n{proc.stderr}"
