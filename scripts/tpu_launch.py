@@ -253,7 +253,7 @@ class Launcher:
         self.workers = None  # the slice's host count, from describe
         self.queued = opts.queued  # whether the slice is a queued resource (decides how it is deleted)
         self.may_exist = False  # the slice may exist: the --delete trap must try to delete it
-        self.run_started = False
+        self.run_live = False  # a run may be live on the slice: the --delete trap stops it before deleting
         self.following = False
         self.tmp_files = []
         self.commit = ""
@@ -578,14 +578,15 @@ class Launcher:
                               f"say where)")  # fmt: skip
         # JAX's own cluster discovery on every host; the commit, for the run's provenance
         env = ["LBTRAIN_DISTRIBUTED_AUTO=1", f"LBTRAIN_SOURCE_COMMIT={self.commit}", *self.o.env]
-        self.run_started = True  # from here on an interrupt stops the run before --delete deletes the slice
+        self.run_live = True  # from here on an interrupt stops the run before --delete deletes the slice
         res = self.run(self.ssh(self.helper("start", self.launch_id, *env, "--", *self.o.lbtrain_args)))
         if res.returncode == LIVE_RUN:
-            self.run_started = False
+            self.run_live = False
             raise LaunchError(self.live_run_message(), code=LIVE_RUN, keep=True)
         if res.returncode != 0:
             raise LaunchError(f"starting the run failed on {self.o.name} (exit {res.returncode}; see above)")
-        self.say(f"launch {self.launch_id} is running detached on every worker: it continues if this command ends")
+        if not self.dry:
+            self.say(f"launch {self.launch_id} is running detached on every worker: it continues if this command ends")
 
     def live_run_message(self) -> str:
         base = f"scripts/tpu_launch.sh --name {self.o.name} --zone {self.o.zone}"
@@ -704,12 +705,16 @@ class Launcher:
             self.run(self.ssh(self.helper("status")))
         if o.follow or (o.delete and launched):
             self.following = True
+            self.run_live = self.run_live or bool(o.delete)
             status = self.follow(launched or "latest")
-            self.following = False
+            self.following = self.run_live = False
         elif o.delete and state == "READY":
             self.note("wait for a live run to end:")
-            self.say(f"waiting for any live run on {o.name} to end before deleting it (--stop ends it now)")
+            self.say(f"waiting for any live run on {o.name} to end before deleting it (Ctrl-C: stop it now, then "
+                     "delete)")  # fmt: skip
+            self.run_live = True
             res = self.run(self.ssh(self.helper("wait")))
+            self.run_live = False
             if res.returncode not in (0, HELPER_MISSING):  # HELPER_MISSING: nothing was ever launched there
                 raise LaunchError(f"could not check {o.name} for a live run (exit {res.returncode}): not deleting "
                                   f"it; to delete it anyway: {self.delete_command()}", keep=True)  # fmt: skip
@@ -737,7 +742,7 @@ class Launcher:
         """The --delete trap: after a failure or an interrupt, delete the slice and say so in one line."""
         if not (self.o.delete and self.may_exist) or self.dry:
             return
-        if self.run_started:
+        if self.run_live:
             # stop the run first, so lbtrain checkpoints to its workdir; a second interrupt skips this
             try:
                 self.say(f"{why}: stopping the run (SIGTERM; Ctrl-C again to skip), then deleting {self.o.name}",
@@ -821,7 +826,7 @@ def main(argv=None) -> int:
         name = signal_name(e.signum)
         if launcher.o.delete and launcher.may_exist:
             launcher.cleanup(name)
-        elif launcher.run_started or launcher.following:
+        elif launcher.run_live or launcher.following:
             launcher.say(f"interrupted ({name}): the run continues on the workers; --follow to watch it, --stop to "
                          "end it", err=True)  # fmt: skip
         else:
@@ -882,7 +887,7 @@ is_live() {  # is_live DIR
   local pid start
   [ -f "$1/pid" ] && [ ! -f "$1/exit_code" ] || return 1
   read -r pid start <"$1/pid" || return 1
-  [ -n "$pid" ] && [ "$(stat_field "$pid" 22)" = "$start" ]
+  [ -n "$pid" ] && [ "$(stat_field "$pid" 22)" = "$start" ] && running "$pid"
 }
 
 live_launches() {
