@@ -6,17 +6,20 @@ Semantics (computed from integer update counts, never from float epochs)
 update ``s`` happens at epoch ``s / S`` with ``S = steps_per_epoch`` (which may be fractional).
 
 * **Epochs to updates**: a point or duration of ``e`` epochs is ``steps(e) = ceil(e * S)`` updates, the
-  first update at or past epoch ``e``. ``e`` and ``S`` are read as the decimal numbers they print as
-  (``0.1`` is exactly 1/10, so ``0.1 * 30`` is 3, not 4) and the product is exact.
+  first update at or past epoch ``e``. ``e`` and ``S`` are read exactly (:func:`lbtrain.optim.scaling.exact`):
+  ints and fractions as they are, a float as the simple fraction it rounds (``0.1`` is 1/10, so
+  ``0.1 * 30`` is 3, not 4; ``622 / 24`` is 311/12, so 12 epochs are 311 updates, not 312).
 * **Warmup**: ``W = steps(warmup_epochs)`` updates, ``lr(s) = peak * s / W`` for ``0 <= s < W``
-  (``lr(0) = 0``). The update at ``s = W`` uses the peak: every decay below has ``lr(W) = peak``.
+  (``lr(0) = 0``). The update at ``s = W`` uses the peak, bit for bit (selected, never computed), for
+  every decay and in every mode (scalar or array step, eager or under ``jit``).
 * **Training** ends after ``T = steps(num_epochs)`` updates (``W < T`` is required). **Past the end** the
   schedule holds its value at ``T``: ``lr(s) = lr(T)`` for ``s >= T``.
 * **Decays**, for ``W <= s <= T``, with ``D = T - W``:
 
   - ``constant``:     ``peak``
   - ``poly``:         ``end + (peak - end) * (1 - (s - W) / D) ** power``
-  - ``cosine``:       ``end + (peak - end) * (1 + cos(pi * (s - W) / D)) / 2``
+  - ``cosine``:       ``end + (peak - end) * (1 + cos(pi * (s - W) / D)) / 2``, computed as
+    ``sin(pi / 2 * (T - s) / D) ** 2`` so that the tail keeps its relative precision
   - ``exponential``:  ``peak * rate ** (max(0, s - s0) / S)`` with ``s0 = steps(e0)``,
     ``e0 = max(start_epoch, warmup_epochs)`` (``start_epoch=None`` means the end of warmup): the decay
     never starts inside the warmup, so a recipe's "decay after epoch 4" stays continuous when a scaled
@@ -26,8 +29,11 @@ update ``s`` happens at epoch ``s / S`` with ``S = steps_per_epoch`` (which may 
     boundary ``b`` is reached at update ``steps(b)``, but never inside the warmup nor on its peak
     update: with ``W > 0`` it takes effect at ``max(steps(b), W + 1)``.
 
-A scalar step and an array of steps give the same values (the schedule is elementwise). Values are in
-JAX's default float dtype. Schedules count optimizer updates, never micro-batches.
+A scalar step and an array of steps give the same values (the schedule is elementwise); eager and
+``jit`` agree within a few ulp of each other and of the exact value, tails included. Values are in
+JAX's default float dtype. Schedules count optimizer updates, never micro-batches. Arguments are checked
+when the schedule is built: a non-number, a negative learning rate (``peak_lr``, ``end_value``) or
+epochs, or ``steps_per_epoch <= 0`` is refused in one line naming the argument.
 """
 
 from __future__ import annotations
@@ -35,6 +41,7 @@ from __future__ import annotations
 import math
 from fractions import Fraction
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
@@ -53,12 +60,23 @@ DECAY_DEFAULTS: dict[str, dict] = {
 }
 
 
+def _steps(epochs, steps_per_epoch: Fraction, what: str) -> int:
+    """``ceil(epochs * steps_per_epoch)`` in exact arithmetic; ``epochs`` must be ``>= 0``."""
+    return math.ceil(scaling.exact(scaling.check_nonnegative(epochs, what), what) * steps_per_epoch)
+
+
+def _steps_per_epoch(x) -> Fraction:
+    return scaling.exact(scaling.check_positive(x, "steps_per_epoch"), "steps_per_epoch")
+
+
 def epochs_to_steps(epochs: float, steps_per_epoch: float) -> int:
     """The single place where epochs become update counts: ``ceil(epochs * steps_per_epoch)``, exact.
 
-    The first update at or past epoch ``epochs``; both numbers are read as the decimals they print as.
+    The first update at or past epoch ``epochs`` (``>= 0``); ``steps_per_epoch`` must be ``> 0``, as for
+    the schedules. Both are read exactly: ints and fractions as they are, a float ``N / B`` as the
+    fraction it rounds (see :func:`lbtrain.optim.scaling.exact`).
     """
-    return math.ceil(scaling.exact(epochs, "epochs") * scaling.exact(steps_per_epoch, "steps_per_epoch"))
+    return _steps(epochs, _steps_per_epoch(steps_per_epoch), "epochs")
 
 
 def _float(x):
@@ -72,28 +90,57 @@ def _count_reached(s, boundaries: np.ndarray):
     return jnp.sum(s[..., None] >= jnp.asarray(boundaries), axis=-1)
 
 
-def _boundary_steps(epochs, steps_per_epoch: Fraction, warmup_steps: int) -> np.ndarray:
-    steps = [math.ceil(scaling.exact(b, "boundary") * steps_per_epoch) for b in epochs]
+def _boundary_steps(epochs, steps_per_epoch: Fraction, warmup_steps: int, what: str = "boundary") -> np.ndarray:
+    steps = [_steps(b, steps_per_epoch, what) for b in epochs]
     if warmup_steps > 0:
         steps = [max(b, warmup_steps + 1) for b in steps]
     return np.asarray(sorted(steps), np.int64)
 
 
+def _exponential(peak: float, rate: float, start_step: int, total_steps: int, spe: Fraction):
+    """``s -> peak * rate ** (max(0, s - start_step) / spe)``, split at whole epochs: with ``n = s - s0``,
+    ``k`` the whole epochs in ``n / S`` and ``f`` the rest, ``rate ** (n / S) = rate ** k * rate ** f``.
+    ``peak * rate ** k`` comes from a float64 table and only ``f`` in [0, 1) goes through the float32
+    power, so long decays stay within a few ulp of the exact value (one power of ``n / S`` loses ~1 ulp
+    per unit of ``|n / S * ln(rate)|``)."""
+    epochs = math.floor(Fraction(total_steps - start_step) / spe)
+    starts = [math.ceil(k * spe) for k in range(epochs + 1)]  # the first n at or past k epochs
+    scaled = np.asarray([peak * rate**k for k in range(epochs + 1)])
+    # (starts[k] - k S) / S in [0, 1/S): the part of an epoch already gone when n = starts[k]
+    offsets = np.asarray([float((c - k * spe) / spe) for k, c in enumerate(starts)])
+    starts, per_step = np.asarray(starts, np.int64), 1.0 / float(spe)
+
+    def value(s):
+        n = jnp.maximum(s - start_step, 0)
+        k = _count_reached(n, starts[1:])
+        rest = _float(n - jnp.asarray(starts)[k]) * per_step + _float(offsets)[k]
+        return _float(scaled)[k] * jnp.power(rate, rest)
+
+    return value
+
+
 def _decay_fn(decay: str, peak: float, warmup_epochs, warmup_steps: int, total_steps: int, spe: Fraction, kw):
-    """``s -> lr`` for ``W <= s <= T`` (``s`` an integer array already clamped to ``T``)."""
+    """``s -> lr`` for ``W < s <= T`` (``s`` an integer array already clamped to ``T``)."""
     span = total_steps - warmup_steps
     if decay == "constant":
         return lambda s: jnp.full(jnp.shape(s), peak, jnp.result_type(float))
-    if decay in ("poly", "cosine"):
+    if decay == "poly":
+        end, power = float(kw["end_value"]), float(kw["power"])
+
+        def poly(s):
+            left = _float(total_steps - s) * (1.0 / span)  # share of the decay still ahead: exactly 0 at T
+            return end + (peak - end) * left**power
+
+        return poly
+    if decay == "cosine":
         end = float(kw["end_value"])
-        power = float(kw.get("power", 1.0))
 
-        def poly_or_cosine(s):
-            left = _float(total_steps - s) * (1.0 / span)  # share of the decay still ahead: 1 at W, exactly 0 at T
-            shape = left**power if decay == "poly" else 0.5 * (1.0 - jnp.cos(jnp.pi * left))
-            return end + (peak - end) * shape
+        def cosine(s):
+            # (1 + cos(pi (s - W) / D)) / 2 = sin(pi/2 * (T - s) / D) ** 2: no cancellation near T, so the
+            # tail keeps float32's relative precision
+            return end + (peak - end) * jnp.square(jnp.sin(_float(total_steps - s) * (math.pi / (2 * span))))
 
-        return poly_or_cosine
+        return cosine
     if decay == "exponential":
         rate = float(kw["rate"])
         start = scaling.exact(warmup_epochs if kw["start_epoch"] is None else kw["start_epoch"], "start_epoch")
@@ -103,12 +150,30 @@ def _decay_fn(decay: str, peak: float, warmup_epochs, warmup_steps: int, total_s
             last = math.floor(Fraction(total_steps) / spe - start) + 1  # the epochs past it are never reached
             drops = _boundary_steps([start + m for m in range(1, max(last, 0) + 1)], spe, warmup_steps)
             return lambda s: peak * jnp.power(rate, _float(_count_reached(s, drops)))
-        per_step = 1.0 / float(spe)
-        return lambda s: peak * jnp.power(rate, _float(jnp.maximum(s - start_step, 0)) * per_step)
+        return _exponential(peak, rate, start_step, total_steps, spe)
     # multistep
-    boundaries = _boundary_steps(kw["boundaries"], spe, warmup_steps)
+    boundaries = _boundary_steps(kw["boundaries"], spe, warmup_steps, "multistep boundary")
     factor = float(kw["factor"])
     return lambda s: peak * jnp.power(factor, _float(_count_reached(s, boundaries)))
+
+
+def _check_decay_arguments(decay: str, kw: dict) -> None:
+    """Each decay argument a number of the right sign (``what`` names it as the caller wrote it)."""
+    for key in ("power", "rate", "factor"):
+        if key in kw:
+            scaling.check_positive(kw[key], key)
+    if "end_value" in kw:
+        scaling.check_lr(kw["end_value"], "end_value")
+    if kw.get("start_epoch") is not None:
+        scaling.check_nonnegative(kw["start_epoch"], "start_epoch")
+    if "staircase" in kw and not isinstance(kw["staircase"], bool | np.bool_):
+        raise TypeError(f"staircase must be True or False, got {kw['staircase']!r}")
+    if decay == "multistep":
+        boundaries = kw["boundaries"]
+        if isinstance(boundaries, str) or not hasattr(boundaries, "__iter__"):
+            raise TypeError(f"boundaries must be a sequence of epochs, got {boundaries!r}")
+        for b in boundaries:
+            scaling.check_nonnegative(b, "each multistep boundary")
 
 
 def _resolve_decay_kwargs(decay: str, decay_kwargs: dict) -> dict:
@@ -120,7 +185,9 @@ def _resolve_decay_kwargs(decay: str, decay_kwargs: dict) -> dict:
         raise ValueError(
             f"decay {decay!r} takes no argument(s) {', '.join(unknown)}; valid: {', '.join(allowed) or 'none'}"
         )
-    return {**allowed, **decay_kwargs}
+    kw = {**allowed, **decay_kwargs}
+    _check_decay_arguments(decay, kw)
+    return kw
 
 
 def warmup_decay_schedule(
@@ -133,36 +200,39 @@ def warmup_decay_schedule(
 ) -> optax.Schedule:
     """Linear warmup 0 -> ``peak_lr`` over ``warmup_epochs``, then ``decay`` until ``num_epochs``.
 
-    See the module docstring for the exact semantics and the formula of each decay. Raises
-    ``ValueError`` when the warmup is not shorter than training (then the decay could never run).
+    See the module docstring for the exact semantics and the formula of each decay. ``lr(W)`` is the
+    peak (in the float dtype) bit for bit. Raises ``ValueError`` when the warmup is not shorter than
+    training (then the decay could never run), and ``TypeError`` / ``ValueError`` naming the argument
+    for a value that is not a number or has the wrong sign.
     """
-    spe = scaling.exact(steps_per_epoch, "steps_per_epoch")
-    if spe <= 0:
-        raise ValueError(f"steps_per_epoch must be positive, got {steps_per_epoch}")
-    if scaling.exact(warmup_epochs, "warmup_epochs") < 0 or scaling.exact(num_epochs, "num_epochs") <= 0:
-        raise ValueError(f"need warmup_epochs >= 0 and num_epochs > 0, got {warmup_epochs}, {num_epochs}")
+    peak = float(scaling.check_lr(peak_lr, "peak_lr"))
+    spe = _steps_per_epoch(steps_per_epoch)
+    scaling.check_positive(num_epochs, "num_epochs")
     kw = _resolve_decay_kwargs(decay, decay_kwargs)
-    warmup_steps = epochs_to_steps(warmup_epochs, steps_per_epoch)
-    total_steps = epochs_to_steps(num_epochs, steps_per_epoch)
+    warmup_steps = _steps(warmup_epochs, spe, "warmup_epochs")
+    total_steps = _steps(num_epochs, spe, "num_epochs")
     if warmup_steps >= total_steps:
         raise ValueError(
-            f"warmup of {warmup_epochs:g} epochs ({warmup_steps} steps) is not shorter than training "
-            f"({num_epochs:g} epochs, {total_steps} steps): lower the warmup or raise num_epochs"
+            f"warmup of {float(warmup_epochs):g} epochs ({warmup_steps} steps) is not shorter than training "
+            f"({float(num_epochs):g} epochs, {total_steps} steps): lower the warmup or raise num_epochs"
         )
-    peak = float(peak_lr)
     decay_fn = _decay_fn(decay, peak, warmup_epochs, warmup_steps, total_steps, spe, kw)
 
     def schedule(step):
-        s = jnp.minimum(jnp.asarray(step), total_steps)
+        s = jnp.asarray(step)
         if not jnp.issubdtype(s.dtype, jnp.integer):
             s = jnp.floor(s).astype(jnp.int32)  # a float count is the number of whole updates done
-        value = decay_fn(s)
+        s = jnp.clip(s, 0, total_steps)
+        # the peak itself at s = W, selected rather than computed (s / W or a decay's 1 - 0 can round)
+        value = jnp.where(s > warmup_steps, decay_fn(s), _float(peak))
         if warmup_steps == 0:
             return value
         # one multiplication by a constant: the same rounding whether or not XLA fuses the expression
         return jnp.where(s < warmup_steps, _float(s) * (peak / warmup_steps), value)
 
-    return schedule
+    # compiled once per shape of step: a direct call costs one small XLA computation instead of a dozen
+    # op-by-op dispatches, and gives what the same call inside a jitted step gives
+    return jax.jit(schedule)
 
 
 def scaled_schedule(
