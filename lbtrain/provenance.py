@@ -13,6 +13,8 @@ from lbtrain import hostmem
 
 PACKAGES = ("jax", "jaxlib", "flax", "optax", "orbax-checkpoint", "numpy", "ml-collections", "tensorflow-datasets")
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# scripts/tpu_launch.sh copies `git archive` of a commit to the workers (no .git there) and names the commit here
+SOURCE_COMMIT_ENV = "LBTRAIN_SOURCE_COMMIT"
 
 
 def _git(*args: str) -> str | None:
@@ -25,8 +27,12 @@ def _git(*args: str) -> str | None:
 
 def code() -> dict:
     """The commit of the lbtrain checkout and whether tracked files differ from it (``None``: not a git
-    checkout, e.g. an installed wheel)."""
+    checkout, e.g. an installed wheel). Outside a git checkout, ``$LBTRAIN_SOURCE_COMMIT`` names the commit
+    whose ``git archive`` this source is (what the TPU launcher unpacks on each worker): clean by
+    construction, since an archive holds the commit's files only."""
     commit = _git("rev-parse", "HEAD")
+    if commit is None and os.environ.get(SOURCE_COMMIT_ENV):
+        return {"commit": os.environ[SOURCE_COMMIT_ENV], "dirty": False, "source": "git archive"}
     status = _git("status", "--porcelain", "--untracked-files=no") if commit else None
     return {"commit": commit, "dirty": None if status is None else bool(status)}
 

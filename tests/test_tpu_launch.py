@@ -242,6 +242,9 @@ def test_happy_path_runs_lbtrain_on_two_workers_and_deletes(tmp_path):
     assert "step 125/125" in (logs / "worker-0.log").read_text()  # process 0 writes the progress
     provenance = json.loads((workdir / "provenance.json").read_text())
     assert provenance["hardware"]["processes"] == 2  # one distributed run over both workers
+    # the unpacked archive has no .git: the commit comes from the launcher, the one it archived
+    head = subprocess.run(["git", "-C", ROOT, "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
+    assert provenance["code"] == {"commit": head, "dirty": False, "source": "git archive"}
     assert re.search(r"/workers/lb/w0/lbtrain/launches/[^/]+/src/lbtrain/main.py$", provenance["command"][0])
     # installed with uv: a managed Python 3.12 and jax[tpu] + lbtrain[offline,gcs] from the unpacked source
     assert [c[0] for c in fs.calls("curl")] == ["-LsSf"] * 2
