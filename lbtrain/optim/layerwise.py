@@ -14,12 +14,16 @@ values, so ``optax.inject_hyperparams`` can schedule them; masks and ``nesterov`
 
 from __future__ import annotations
 
+import numbers
+import sys
 from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 
+from lbtrain.optim import masks, scaling
 from lbtrain.optim.masks import Mask, default_mask, resolve_mask
 
 
@@ -59,38 +63,46 @@ def _lars_ratio(w, g, eta, weight_decay, eps, dtype):
     return jnp.where(ok, eta * w_norm / denom, 1).astype(dtype)
 
 
-def scale_by_trust_ratio(
-    eta: float = 1.0,
-    weight_decay: float = 0.0,
-    eps: float = 0.0,
-    mask: Mask | None = None,
-    weight_decay_mask: Mask | None = None,
-) -> optax.GradientTransformation:
-    """Per-leaf trust ratio with the paper / TF-LARS formula.
+def _check_hyperparameter(x, what: str, *, schedule: bool = False, lr: bool = False):
+    """A hyper-parameter: a number or an array (traced under ``jit`` / ``inject_hyperparams``), or for the
+    learning rate also a schedule. A known constant learning rate must be ``>= 0``."""
+    if schedule and callable(x):
+        return x
+    if isinstance(x, bool | np.bool_) or not isinstance(x, numbers.Real | np.ndarray | np.generic | jax.Array):
+        kinds = "a number, an array or a schedule" if schedule else "a number or an array"
+        raise TypeError(f"{what} must be {kinds}, got {x!r}")
+    if lr and not isinstance(x, jax.core.Tracer) and np.ndim(x) == 0:
+        scaling.check_lr(float(x), what)
+    return x
 
-    For each leaf ``w`` with incoming update ``g`` (wd = ``weight_decay`` where ``weight_decay_mask``
-    selects the leaf, else 0)::
 
-        u     = g + wd * w
-        ratio = eta * |w| / (|g| + wd * |w| + eps)     if |w| > 0 and |g| > 0, else 1
-        out   = ratio * u      (leaves in ``mask``);   out = u   (other leaves)
+def _check_masks(caller, factory: str, **named_masks) -> None:
+    masks.refuse_masks_scheduled_by_optax(caller, factory, tuple(named_masks))
+    for name, mask in named_masks.items():
+        masks.check_mask(mask, name)
 
-    Norms are Frobenius norms over the whole leaf. With ``weight_decay=0`` this is the plain
-    ``eta * |w| / (|g| + eps)`` ratio and composes with ``optax.add_decayed_weights`` placed before it
-    (that is how :func:`lamb` uses it). ``mask`` / ``weight_decay_mask``: pytree of bools (or a prefix
-    of the params tree) or callable ``params -> pytree``; ``None`` selects every leaf. Needs ``params``
-    in ``update``. The state records each leaf's ratio (:class:`TrustRatioState`).
-    """
+
+def _needs_params(factory: str, params) -> None:
+    if params is None:
+        raise ValueError(f"lbtrain.optim.{factory} needs the current params: call update(updates, state, params)")
+
+
+def _trust_ratio(factory, eta, weight_decay, eps, mask, weight_decay_mask) -> optax.GradientTransformation:
+    """:func:`scale_by_trust_ratio`, its errors naming the public ``factory`` it is part of."""
+
+    trust_name = "mask" if factory == "scale_by_trust_ratio" else "trust_ratio_mask"
+
+    def resolve(params, decay_mask):
+        return resolve_mask(mask, params, trust_name), resolve_mask(decay_mask, params, "weight_decay_mask")
 
     def init_fn(params):
+        resolve(params, weight_decay_mask)  # a mask that does not fit the params is refused here, before any update
         return TrustRatioState(jax.tree.map(lambda w: jnp.ones((), _norm_dtype(w)), params))
 
     def update_fn(updates, state, params=None):
         del state
-        if params is None:
-            raise ValueError("scale_by_trust_ratio needs the current params: call update(updates, state, params)")
-        trust = resolve_mask(mask, params)
-        decay = resolve_mask(False if _is_static_zero(weight_decay) else weight_decay_mask, params)
+        _needs_params(factory, params)
+        trust, decay = resolve(params, False if _is_static_zero(weight_decay) else weight_decay_mask)
 
         def leaf_ratio(g, w, use_trust, use_decay):
             dtype = _norm_dtype(w)
@@ -110,24 +122,65 @@ def scale_by_trust_ratio(
     return optax.GradientTransformation(init_fn, update_fn)
 
 
-def add_decayed_weights(weight_decay: float = 0.0, mask: Mask | None = None) -> optax.GradientTransformation:
-    """``u <- g + wd * w`` on the leaves ``mask`` selects (all when ``None``); ``wd`` may be traced.
+def scale_by_trust_ratio(
+    eta: float = 1.0,
+    weight_decay: float = 0.0,
+    eps: float = 0.0,
+    mask: Mask | None = None,
+    weight_decay_mask: Mask | None = None,
+) -> optax.GradientTransformation:
+    """Per-leaf trust ratio with the paper / TF-LARS formula.
 
-    Unlike ``optax.add_decayed_weights`` the mask is resolved here, so it stays static under
-    ``optax.inject_hyperparams`` and the updates keep their dtype.
+    For each leaf ``w`` with incoming update ``g`` (wd = ``weight_decay`` where ``weight_decay_mask``
+    selects the leaf, else 0)::
+
+        u     = g + wd * w
+        ratio = eta * |w| / (|g| + wd * |w| + eps)     if |w| > 0 and |g| > 0, else 1
+        out   = ratio * u      (leaves in ``mask``);   out = u   (other leaves)
+
+    Norms are Frobenius norms over the whole leaf. With ``weight_decay=0`` this is the plain
+    ``eta * |w| / (|g| + eps)`` ratio and composes with ``optax.add_decayed_weights`` placed before it
+    (that is how :func:`lamb` uses it). ``mask`` / ``weight_decay_mask``: a bool, a pytree of bools with
+    the params' structure (or a prefix of it), or a callable ``params -> pytree``; ``None`` selects every
+    leaf; anything else is refused here, and a tree that does not fit the params at ``init``. Needs
+    ``params`` in ``update``. The state records each leaf's ratio (:class:`TrustRatioState`).
     """
+    _check_masks(sys._getframe(1), "scale_by_trust_ratio", mask=mask, weight_decay_mask=weight_decay_mask)
+    for name, value in (("eta", eta), ("weight_decay", weight_decay), ("eps", eps)):
+        _check_hyperparameter(value, name)
+    return _trust_ratio("scale_by_trust_ratio", eta, weight_decay, eps, mask, weight_decay_mask)
+
+
+def _decayed_weights(factory: str, weight_decay, mask) -> optax.GradientTransformation:
+    """:func:`add_decayed_weights`, its errors naming the public ``factory`` it is part of."""
+    name = "mask" if factory == "add_decayed_weights" else "weight_decay_mask"
+
+    def init_fn(params):
+        resolve_mask(mask, params, name)  # a mask that does not fit the params is refused here
+        return optax.EmptyState()
 
     def update_fn(updates, state, params=None):
-        if params is None:
-            raise ValueError("add_decayed_weights needs the current params: call update(updates, state, params)")
-        decay = resolve_mask(False if _is_static_zero(weight_decay) else mask, params)
+        _needs_params(factory, params)
+        decay = resolve_mask(False if _is_static_zero(weight_decay) else mask, params, name)
 
         def leaf(g, w, use):
             return (g + weight_decay * w).astype(jnp.result_type(g)) if use else g
 
         return jax.tree.map(leaf, updates, params, decay), state
 
-    return optax.GradientTransformation(optax.init_empty_state, update_fn)
+    return optax.GradientTransformation(init_fn, update_fn)
+
+
+def add_decayed_weights(weight_decay: float = 0.0, mask: Mask | None = None) -> optax.GradientTransformation:
+    """``u <- g + wd * w`` on the leaves ``mask`` selects (all when ``None``); ``wd`` may be traced.
+
+    Unlike ``optax.add_decayed_weights`` the mask is resolved here, so it stays static under
+    ``optax.inject_hyperparams`` and the updates keep their dtype; a mask that is not one (see
+    :func:`scale_by_trust_ratio`) is refused when built, one that does not fit the params at ``init``.
+    """
+    _check_masks(sys._getframe(1), "add_decayed_weights", mask=mask)
+    _check_hyperparameter(weight_decay, "weight_decay")
+    return _decayed_weights("add_decayed_weights", weight_decay, mask)
 
 
 def lars(
@@ -146,13 +199,19 @@ def lars(
         ratio = eta * |w| / (|g| + wd * |w| + eps)
 
     (Nesterov: ``w <- w - (momentum * v + lr * ratio * (g + wd * w))``.) Leaves outside
-    ``trust_ratio_mask`` use ratio 1; leaves outside ``weight_decay_mask`` use wd 0. The LR sits inside
-    the momentum buffer, as in TF. Unlike ``optax.lars``, the denominator is ``|g| + wd|w|``, not
-    ``|g + wd w|``. ``learning_rate``, ``momentum``, ``weight_decay``, ``eta`` and ``eps`` can be
-    injected with ``optax.inject_hyperparams``.
+    ``trust_ratio_mask`` use ratio 1; leaves outside ``weight_decay_mask`` use wd 0. Both masks default
+    to ``default_mask`` (rank >= 2: biases and norm scales get neither); ``True`` selects every leaf, as
+    ``optax.lars`` does by default. The LR sits inside the momentum buffer, as in TF. Unlike
+    ``optax.lars``, the denominator is ``|g| + wd|w|``, not ``|g + wd w|``. ``learning_rate``,
+    ``momentum``, ``weight_decay``, ``eta`` and ``eps`` can be injected with ``optax.inject_hyperparams``;
+    a constant ``learning_rate`` must be ``>= 0``.
     """
+    _check_masks(sys._getframe(1), "lars", weight_decay_mask=weight_decay_mask, trust_ratio_mask=trust_ratio_mask)
+    _check_hyperparameter(learning_rate, "learning_rate", schedule=True, lr=True)
+    for name, value in (("momentum", momentum), ("weight_decay", weight_decay), ("eta", eta), ("eps", eps)):
+        _check_hyperparameter(value, name)
     return optax.chain(
-        scale_by_trust_ratio(eta, weight_decay, eps, trust_ratio_mask, weight_decay_mask),
+        _trust_ratio("lars", eta, weight_decay, eps, trust_ratio_mask, weight_decay_mask),
         optax.scale_by_learning_rate(learning_rate),
         optax.trace(decay=momentum, nesterov=nesterov),
     )
@@ -174,13 +233,19 @@ def lamb(
         u  = m / (1 - b1^t) / (sqrt(v / (1 - b2^t) + eps_root) + eps) + wd * w
         w <- w - lr * (|w| / |u|) * u     (ratio 1 where a norm is 0 or outside ``trust_ratio_mask``)
 
-    With separate ``weight_decay_mask`` and ``trust_ratio_mask`` (``optax.lamb`` has one mask).
-    ``learning_rate``, ``b1``, ``b2``, ``eps`` and ``weight_decay`` can be injected with
-    ``optax.inject_hyperparams``.
+    With separate ``weight_decay_mask`` and ``trust_ratio_mask`` (``optax.lamb`` has one mask, for the
+    decay, and a trust ratio on every leaf). Both default to ``default_mask`` (rank >= 2);
+    ``weight_decay_mask=m, trust_ratio_mask=True`` is ``optax.lamb(mask=m)``. ``learning_rate``, ``b1``,
+    ``b2``, ``eps`` and ``weight_decay`` can be injected with ``optax.inject_hyperparams``; a constant
+    ``learning_rate`` must be ``>= 0``.
     """
+    _check_masks(sys._getframe(1), "lamb", weight_decay_mask=weight_decay_mask, trust_ratio_mask=trust_ratio_mask)
+    _check_hyperparameter(learning_rate, "learning_rate", schedule=True, lr=True)
+    for name, value in (("b1", b1), ("b2", b2), ("eps", eps), ("eps_root", eps_root), ("weight_decay", weight_decay)):
+        _check_hyperparameter(value, name)
     return optax.chain(
         optax.scale_by_adam(b1=b1, b2=b2, eps=eps, eps_root=eps_root),
-        add_decayed_weights(weight_decay, mask=weight_decay_mask),
-        scale_by_trust_ratio(eta=1.0, mask=trust_ratio_mask),
+        _decayed_weights("lamb", weight_decay, weight_decay_mask),
+        _trust_ratio("lamb", 1.0, 0.0, 0.0, trust_ratio_mask, None),
         optax.scale_by_learning_rate(learning_rate),
     )

@@ -130,8 +130,10 @@ def test_bad_arguments_are_refused_in_one_line_naming_them(call, error, message)
         lambda: optim.legw_schedule(-0.1, 128, 256, 0.5, 10, 5),
         lambda: optim.warmup_decay_schedule(-0.1, 1, 5, 10),
         lambda: optim.warmup_decay_schedule(0.1, 1, 5, 10, "cosine", end_value=-0.01),
+        lambda: optim.lars(-0.1),
+        lambda: optim.lamb(-1e-3),
     ],
-    ids=["scale_lr", "legw_schedule", "warmup_decay_schedule", "end_value"],
+    ids=["scale_lr", "legw_schedule", "warmup_decay_schedule", "end_value", "lars", "lamb"],
 )
 def test_negative_learning_rates_are_refused(call):
     with pytest.raises(ValueError, match=r"must be >= 0, got -.*a negative learning rate climbs the loss") as info:

@@ -117,7 +117,7 @@ def test_masks_as_bool_trees_prefixes_and_none():
     params = {"a": {"k": jnp.ones((2, 2)), "b": jnp.ones(2)}, "c": jnp.ones((3, 3))}
     assert optim.resolve_mask(None, params) == {"a": {"k": True, "b": True}, "c": True}
     assert optim.resolve_mask({"a": False, "c": True}, params) == {"a": {"k": False, "b": False}, "c": True}
-    with pytest.raises(ValueError, match="static_mask"):
+    with pytest.raises(ValueError, match="mask does not fit the params at the top level: the mask has 'zzz' where"):
         optim.resolve_mask({"a": True, "zzz": True}, params)
 
 
