@@ -7,14 +7,40 @@ import pytest
 
 DOC = pathlib.Path(__file__).resolve().parents[2] / "docs" / "optim.md"
 EXAMPLES = re.findall(r"```python\n(.*?)```", DOC.read_text(), re.DOTALL)
+# what each example is about (a phrase of its code) and the start of the last line it prints
+EXPECTED = {
+    "optax_loop": ("optax.chain", "loss"),
+    "nnx_optimizer": ("nnx.Optimizer", "loss"),
+    "linen_train_state": ("TrainState", "loss"),
+    "exact_steps": ("N / B", "ok: epoch 12 of 622 / 24 steps is update 311"),
+    "masks": ("static_args", "ok: masks refused"),
+    "from_optax": ("optax.lamb(", "ok: same updates"),
+}
 
 
-def test_the_doc_has_the_three_examples():
-    assert len(EXAMPLES) == 3
-    assert "optax.chain" in EXAMPLES[0] and "nnx.Optimizer" in EXAMPLES[1] and "TrainState" in EXAMPLES[2]
+def _example(name: str) -> str:
+    phrase = EXPECTED[name][0]
+    found = [code for code in EXAMPLES if phrase in code]
+    assert found, f"no example in {DOC.name} contains {phrase!r}"
+    return found[0]
 
 
-@pytest.mark.parametrize("index", range(len(EXAMPLES)), ids=["optax_loop", "nnx_optimizer", "linen_train_state"])
-def test_example_runs(index, capsys):
-    exec(compile(EXAMPLES[index], f"{DOC.name}[example {index}]", "exec"), {"__name__": "__doc_example__"})  # noqa: S102
-    assert "loss" in capsys.readouterr().out  # each example ends by asserting its loss fell
+def test_the_doc_has_one_example_per_topic():
+    assert len(EXAMPLES) == len(EXPECTED)
+    assert len({_example(name) for name in EXPECTED}) == len(EXPECTED)  # each topic its own example
+
+
+@pytest.mark.parametrize("name", EXPECTED)
+def test_example_runs(name, capsys):
+    code = _example(name)
+    exec(compile(code, f"{DOC.name}[{name}]", "exec"), {"__name__": "__doc_example__"})  # noqa: S102
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert lines and lines[-1].startswith(EXPECTED[name][1])  # each example asserts its claims, then says so
+
+
+def test_the_doc_states_the_default_masks_and_the_mapping_to_optax():
+    text = DOC.read_text()
+    assert "For optax's behaviour pass `weight_decay_mask=True, trust_ratio_mask=True`" in text
+    for optax_name, ours in [("trust_coefficient=0.001", "eta=1e-3"), ("mask=None", "weight_decay_mask=default_mask")]:
+        assert re.search(rf"\| `{re.escape(optax_name)}`[^|]*\| `{re.escape(ours)}` \|", text), optax_name
+    assert "|g| + wd * |w| + eps" in text and "|g + wd * w| + eps" in text  # the denominator that differs
