@@ -45,7 +45,9 @@ def lamb_step(w, m, v, g, t, lr, *, b1, b2, eps, wd, decay, trust):
 
 
 def _dec(x) -> Fraction:
-    """A number as the decimal it prints as."""
+    """A number as the decimal it prints as: the tests give these references short decimals (7.5, 12.8, 1.35),
+    which the library reads the same way; its reading of a float ``N / B`` is checked by integer arithmetic
+    in test_exact_numbers.py."""
     return Fraction(x) if isinstance(x, int | Fraction) else Fraction(repr(float(x)))
 
 
