@@ -103,7 +103,7 @@ def _exponential(peak: float, rate: float, start_step: int, total_steps: int, sp
     ``peak * rate ** k`` comes from a float64 table and only ``f`` in [0, 1) goes through the float32
     power, so long decays stay within a few ulp of the exact value (one power of ``n / S`` loses ~1 ulp
     per unit of ``|n / S * ln(rate)|``)."""
-    epochs = math.floor(Fraction(total_steps - start_step) / spe)
+    epochs = max(math.floor(Fraction(total_steps - start_step) / spe), 0)  # none when it starts after T
     starts = [math.ceil(k * spe) for k in range(epochs + 1)]  # the first n at or past k epochs
     scaled = np.asarray([peak * rate**k for k in range(epochs + 1)])
     # (starts[k] - k S) / S in [0, 1/S): the part of an epoch already gone when n = starts[k]

@@ -23,6 +23,7 @@ CASES = [
     ("exponential", {"rate": 0.7}),
     ("exponential", {"rate": 0.9, "start_epoch": 3}),
     ("exponential", {"rate": 0.8, "start_epoch": 2, "staircase": True}),
+    ("exponential", {"rate": 0.7, "start_epoch": 12}),  # starts after the end (10 epochs): the peak throughout
     ("multistep", {"boundaries": (3, 5.5, 8), "factor": 0.1}),
 ]
 IDS = [f"{d}{i}" for i, (d, _) in enumerate(CASES)]
