@@ -20,10 +20,9 @@ from lbtrain.checkpoint import Checkpointer
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONFIG = "configs/mnist_lstm.py:runlocal=True,batch=32"
-# 2 epochs of 125 steps, a checkpoint every 100 steps and at the end: a finished run holds steps 200 and 250
-ARGS = [f"--config={CONFIG}", "--config.num_epochs=2", "--config.log_every_steps=5",
-        "--config.checkpoint_every_epochs=0.8"]
-TOTAL, EPOCH, EARLIER = 250, 125, 200
+# 2 epochs of 125 steps, a checkpoint after each
+ARGS = [f"--config={CONFIG}", "--config.num_epochs=2", "--config.log_every_steps=5"]
+TOTAL, EPOCH = 250, 125
 WAIT = 420  # seconds any one run may take on a loaded 2-core machine before it counts as hung
 
 
@@ -36,12 +35,12 @@ def free_port() -> int:
 class Pair:
     """``lbtrain`` as two processes of one distributed run, each logging to its own file."""
 
-    def __init__(self, logs, workdirs, *extra, wrap_second=None, env=None):
+    def __init__(self, logs, workdirs, *extra, wrap_second=None, env=None, args=ARGS):
         address = f"127.0.0.1:{free_port()}"
         env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=2", **(env or {}))
         self.logs, self.procs = [], []
         for i in range(2):
-            cmd = [sys.executable, "-m", "lbtrain.main", *ARGS, *extra, f"--workdir={workdirs[i]}",
+            cmd = [sys.executable, "-m", "lbtrain.main", *args, *extra, f"--workdir={workdirs[i]}",
                    f"--config.distributed.coordinator_address={address}", "--config.distributed.num_processes=2",
                    f"--config.distributed.process_id={i}"]  # fmt: skip
             if i == 1 and wrap_second is not None:
@@ -87,7 +86,7 @@ def train_rows(workdir) -> list[dict]:
     return [json.loads(line) for line in open(path) if '"train"' in line]
 
 
-def params(workdir, step=None):
+def params(workdir, step=None) -> list:
     cfg = config_lib.load_config(os.path.join(ROOT, CONFIG.split(":")[0]) + ":" + CONFIG.split(":", 1)[1])
     cfg.unlock()
     cfg.num_devices = 1
@@ -99,12 +98,6 @@ def last_error(out: str) -> str:
     return [line for line in out.splitlines() if line.startswith("lbtrain: error:")][-1]
 
 
-@pytest.fixture(scope="module")
-def finished(tmp_path_factory):
-    """An uninterrupted two-process run to the end (checkpoints at steps 200 and 250)."""
-    root = tmp_path_factory.mktemp("finished")
-    outs = run_pair(root / "logs", root / "run")
-    return root / "run", outs
 
 
 @pytest.mark.slow
@@ -132,13 +125,15 @@ def test_two_processes_equal_one_process(tmp_path):
 
 
 @pytest.mark.slow
-def test_sigterm_to_one_process_stops_both_at_one_step_and_a_second_run_is_locked_out(tmp_path, finished):
+def test_sigterm_to_one_process_stops_both_at_one_step_and_a_second_run_is_locked_out(tmp_path):
     """SIGTERM reaches process 1 only: both checkpoint the same step and exit 0 within seconds, and the
     resumed run ends bit-identical to the uninterrupted one. Meanwhile a second two-process run on the live
     workdir ends on both processes with the lock's one line."""
-    workdir = tmp_path / "run"
-    (tmp_path / "a").mkdir()
+    workdir, reference = tmp_path / "run", tmp_path / "uninterrupted"
+    for logs in ("a", "reference"):
+        (tmp_path / logs).mkdir()
     run = Pair(tmp_path / "a", [workdir, workdir])
+    uninterrupted = Pair(tmp_path / "reference", [reference, reference])  # meanwhile, the same run to the end
     try:
         wait_for_step(run, workdir, 20)
 
@@ -155,9 +150,12 @@ def test_sigterm_to_one_process_stops_both_at_one_step_and_a_second_run_is_locke
         signalled = time.monotonic()
         outs = run.wait(timeout=120)
         stopped_in = time.monotonic() - signalled
+        reference_outs = uninterrupted.wait()
     finally:
         run.kill()
+        uninterrupted.kill()
     assert [p.returncode for p in run.procs] == [0, 0], outs
+    assert [p.returncode for p in uninterrupted.procs] == [0, 0], reference_outs
     line = next(x for x in outs[0].splitlines() if x.startswith("preempted at step"))
     step = int(line.split()[3].split("/")[0])
     assert 20 <= step < TOTAL
@@ -166,7 +164,6 @@ def test_sigterm_to_one_process_stops_both_at_one_step_and_a_second_run_is_locke
 
     outs = run_pair(tmp_path / "resume", workdir)
     assert f"resuming from the checkpoint at step {step}" in outs[0]
-    reference, _ = finished
     assert [r["loss"] for r in train_rows(workdir)] == [r["loss"] for r in train_rows(reference)]
     for a, b in zip(params(workdir), params(reference)):
         np.testing.assert_array_equal(a, b)
@@ -217,19 +214,23 @@ def damage_for_second(checkpoint, spare):
 
 
 @pytest.mark.slow
-def test_a_read_fault_on_one_process_makes_both_restore_the_same_earlier_step(tmp_path, finished):
-    reference, _ = finished
-    workdir = tmp_path / "run"
-    shutil.copytree(reference, workdir)
-    wrap = damage_for_second(workdir / "checkpoints" / str(TOTAL), tmp_path / "damaged")
-    outs = run_pair(tmp_path / "logs", workdir, wrap_second=wrap)
-    assert f"the checkpoint at step {TOTAL}" in outs[1] and "unreadable" in outs[1], outs[1][-3000:]
-    assert f"the checkpoint at step {TOTAL}" in outs[0] and "process 1 could not read or verify it" in outs[0]
-    assert f"resuming from the checkpoint at step {EARLIER}" in outs[0]
-    # both went back to step 200 and trained the same steps again: had process 1 restored step 250 it would
+def test_a_read_fault_on_one_process_makes_both_restore_the_same_earlier_step(tmp_path):
+    # 75 steps (0.6 epochs), a checkpoint every 30: the finished run holds steps 60 and 75
+    short = [f"--config={CONFIG}", "--config.num_epochs=0.6", "--config.log_every_steps=5",
+             "--config.checkpoint_every_epochs=0.24"]  # fmt: skip
+    workdir, last, earlier = tmp_path / "run", 75, 60
+    run_pair(tmp_path / "first", workdir, args=short)
+    assert Checkpointer(str(workdir), 30).all_steps() == [earlier, last]
+    finished = params(workdir, last)
+    wrap = damage_for_second(workdir / "checkpoints" / str(last), tmp_path / "damaged")
+    outs = run_pair(tmp_path / "again", workdir, wrap_second=wrap, args=short)
+    assert f"the checkpoint at step {last}" in outs[1] and "unreadable" in outs[1], outs[1][-3000:]
+    assert f"the checkpoint at step {last}" in outs[0] and "process 1 could not read or verify it" in outs[0]
+    assert f"resuming from the checkpoint at step {earlier}" in outs[0]
+    # both went back to step 60 and trained the same steps again: had process 1 restored step 75 it would
     # have stopped while process 0 waited in the next step's all-reduce (a hang, failed by the timeout);
-    # and the steps trained again end where the uninterrupted run ended, bit for bit
-    for a, b in zip(params(workdir, TOTAL), params(reference, TOTAL)):
+    # and the steps trained again end where the first run ended, bit for bit
+    for a, b in zip(params(workdir, last), finished):
         np.testing.assert_array_equal(a, b)
 
 
