@@ -16,6 +16,7 @@ import time
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 
 from lbtrain import config_lib, hosts, optim, parallel, provenance, rundir
 from lbtrain import step as step_lib
@@ -36,29 +37,50 @@ def _check_resumable(config, workdir: str) -> None:
         )
 
 
-def check_finite(state, nan_policy: str, checkpoints) -> None:
+def nan_record(state):
+    """The state's record of bad updates (first bad step, its kind and leaf; the stall step, the streak and
+    the count of skipped updates): what :func:`check_finite` judges."""
+    return state.first_bad, state.stalled_at, state.streak, state.skipped
+
+
+def check_finite(record, params, nan_policy: str, checkpoints) -> None:
     """Stop on the first non-finite update (nan_policy=stop), naming the step, what was not finite (loss,
     gradient, update or new parameter) and the first such parameter; with nan_policy=skip, stop once
-    ``max_consecutive_skips`` updates in a row were skipped. Nothing bad has been checkpointed."""
-    bad_step, kind, leaf = (int(x) for x in jax.device_get(state.first_bad))
-    stalled_at, skipped = int(state.stalled_at), int(state.skipped)
+    ``max_consecutive_skips`` updates in a row were skipped. ``record`` is :func:`nan_record` of a state
+    (or a copy of it), ``params`` a tree with the parameters' structure. Nothing bad has been checkpointed."""
+    first_bad, stalled_at, streak, skipped = jax.device_get(record)
+    bad_step, kind, leaf = (int(x) for x in first_bad)
+    stalled_at, streak, skipped = int(stalled_at), int(streak), int(skipped)
     latest = checkpoints.latest_step()
     last_good = f"the last good checkpoint is {'step ' + str(latest) if latest is not None else 'none'}"
     if nan_policy == "skip" and stalled_at >= 0:
         raise DivergedError(
-            f"nan_policy=skip skipped every update from step {stalled_at - int(state.streak) + 1} to {stalled_at} "
+            f"nan_policy=skip skipped every update from step {stalled_at - streak + 1} to {stalled_at} "
             f"({skipped} skipped in all); {last_good}: lower optim.base_lr, set optim.clip_norm, or raise "
             "max_consecutive_skips"
         )
     if bad_step < 0 or nan_policy == "skip":
         return
-    path = optim.path_str(jax.tree_util.tree_flatten_with_path(state.params)[0][leaf][0])
+    path = optim.path_str(jax.tree_util.tree_flatten_with_path(params)[0][leaf][0])
     what = step_lib.BAD_KINDS[kind]
     where = f"first non-finite {'gradient ' if what == 'loss' else ''}leaf: {path}"
     raise DivergedError(
         f"non-finite {what} ({where}) at step {bad_step}; {last_good}: lower optim.base_lr, set optim.clip_norm, "
         "or --config.nan_policy=skip"
     )
+
+
+@dataclasses.dataclass
+class _Logged:
+    """A logged step whose numbers are still on the device. The loop reads them after it has dispatched the
+    next step, so the device computes while the host waits for them, logs and judges them."""
+
+    step: int
+    metrics: Any
+    record: Any  # a copy of nan_record(state): the state itself is donated to the next step
+
+
+_copy = jax.jit(lambda tree: jax.tree.map(jnp.copy, tree))
 
 
 class PreemptionWatch:
@@ -154,8 +176,12 @@ class _Session:
                 for line in res.samples:
                     print(line, flush=True)
 
-    def log(self, step: int, metrics, t_seg: float) -> None:
-        m = {k: float(v) for k, v in jax.device_get(metrics).items()}
+    def log(self, logged: _Logged, t_seg: float) -> None:
+        """Judge a logged step's updates (a bad one stops the run here) and write its row; ``train_time_s``
+        is the training time when its numbers were read (at most one update after the step ended)."""
+        check_finite(logged.record, self.state.params, self.config.nan_policy, self.checkpoints)
+        step = logged.step
+        m = {k: float(v) for k, v in jax.device_get(logged.metrics).items()}
         m[f"{self.plan.unit}_per_sec"] = self.progress.update(step, m["loss"], m["lr"], m.get("loss_per_token"))
         m["epoch"] = step / self.plan.steps_per_epoch
         m["train_time_s"] = self.train_time + (time.perf_counter() - t_seg)
@@ -163,7 +189,8 @@ class _Session:
 
     def save(self, step: int) -> None:
         """Metrics first, then the checkpoint: a kill between the two replays rows, never loses them."""
-        check_finite(self.state, self.config.nan_policy, self.checkpoints)  # never commit a state after a bad update
+        # never commit a state after a bad update
+        check_finite(nan_record(self.state), self.state.params, self.config.nan_policy, self.checkpoints)
         self.writer.flush()
         self.checkpoints.save(step, self.state, force=True)
         # another run took the workdir over (a stale lock): every process stops here, nothing lost. Only
@@ -178,32 +205,46 @@ class _Session:
 
 
 def _iterate(s: _Session, preemption: PreemptionWatch) -> bool:
-    """Train from the state's step to the end; returns False when a preemption stopped it (saved)."""
+    """Train from the state's step to the end; returns False when a preemption stopped it (saved).
+
+    The host never waits for the device between unlogged steps. A logged step's numbers (its metrics and a
+    copy of the bad-update record) are read after the next step has been dispatched, so the device is busy
+    while the host reads, judges and writes them; a bad update still ends the run one update later, naming
+    the first bad step, and is never checkpointed (the save judges the state itself first). An evaluated,
+    checkpointed, preempted or last step is read at once."""
     plan, run = s.plan, s.run
     step, total = int(s.state.step), plan.total_steps
     first = step
     s.progress.start(step)
     t_seg = time.perf_counter()
     data_iter = run.batches.iterate(step)
+    pending = None
     while step < total:
         s.state, metrics = run.train_step(s.state, run.global_batch(next(data_iter)))
         step += 1
         if step == first + 1:  # this step compiled the train step: rates and the ETA start after it
             jax.block_until_ready(s.state)
             s.progress.compiled(step)
+        if pending is not None:  # the previous step's numbers, read while this one computes
+            s.log(pending, t_seg)
+            pending = None
+        logged = step % plan.log_every == 0 or step == total
+        if logged:
+            pending = _Logged(step, metrics, _copy(nan_record(s.state)))
+        evaluated = step % plan.eval_every == 0 or step == total
+        due = step % plan.checkpoint_every == 0 or step == total
+        preempted = preemption.requested(step, due or logged or evaluated)
         # a step's rows (train, then eval) are written before its checkpoint: save() flushes them first, so
         # a run killed at any point and resumed from that checkpoint has every row up to its step
-        if step % plan.log_every == 0 or step == total:
-            check_finite(s.state, s.config.nan_policy, s.checkpoints)
-            s.log(step, metrics, t_seg)
-        if step % plan.eval_every == 0 or step == total:
+        if pending is not None and (evaluated or due or preempted):
+            s.log(pending, t_seg)
+            pending = None
+        if evaluated:
             jax.block_until_ready(s.state)
             s.train_time += time.perf_counter() - t_seg
             s.evaluate(step)
             t_seg = time.perf_counter()
             s.progress.start(step)
-        due = step % plan.checkpoint_every == 0 or step == total
-        preempted = preemption.requested(step, due or step % plan.log_every == 0 or step % plan.eval_every == 0)
         if preempted or due:
             s.save(step)
         if preempted and step < total:  # asked at the last step: the run has finished anyway
