@@ -22,6 +22,15 @@ starts its backend (its threads pick their arena at their first allocation); :fu
 when it is called too late. ``auto`` means ``reuse`` when the run will be on the CPU (no accelerator
 plugin installed, or ``JAX_PLATFORMS=cpu``) and ``system`` otherwise, where the step's scratch lives in
 device memory. On a C library other than glibc every mode leaves the allocator as it is.
+
+``auto`` on the CPU decides per run, from an estimate of the step's largest activation
+(:func:`lbtrain.models.activation_bytes`: the logits of a language or translation model, a ResNet's first
+stage): ``reuse`` from ``REUSE_FROM_BYTES`` up, ``system`` below. The single arena has a price of its own:
+XLA:CPU's worker threads then contend for one arena's lock, which made a small model's step 2.3x slower
+(runlocal MNIST-LSTM, 0.96 -> 2.2 ms, ``scripts/bench_loop.py``), while a step whose scratch is larger than
+glibc's largest ``mmap`` threshold (32 MB) faults it in afresh every step without it. The threshold lies
+between the workloads measured to lose under ``reuse`` and those measured to gain
+(docs/performance.md, ``docs/bench/loop_workloads_*.json``).
 """
 
 from __future__ import annotations
@@ -41,20 +50,26 @@ _NO_TRIM = -1  # mallopt(3): -1 disables trimming completely
 # distributions that give JAX an accelerator backend
 _ACCELERATOR_PLUGINS = ("jax-cuda", "jax_cuda", "jax-rocm", "jax_rocm", "libtpu", "jax-tpu", "jax_tpu")
 
+# auto on the CPU: reuse when the step's largest activation is at least this large (float32 bytes). Between
+# the largest runlocal workload (PTB, 3.2 MB of logits: system 10 % faster) and PTB-medium at batch 20
+# (28 MB: reuse 1.2x faster); see the module docstring.
+REUSE_FROM_BYTES = 8 << 20
+
 _state = {"mode": "system", "reason": "not configured"}
 
 
-def resolve(mode: str, jax_platforms: str | None, installed: list[str]) -> str:
-    """``reuse`` or ``system`` for a configured ``mode``, given ``$JAX_PLATFORMS`` and the installed
-    distribution names."""
+def resolve(mode: str, jax_platforms: str | None, installed: list[str], activation_bytes: int = 0) -> str:
+    """``reuse`` or ``system`` for a configured ``mode``, given ``$JAX_PLATFORMS``, the installed
+    distribution names and the estimated largest activation of the run's step (bytes; 0 when unknown)."""
     if mode not in MODES:
         raise ConfigError(f"unknown host_malloc {mode!r}; valid choices: {', '.join(MODES)}")
     if mode != "auto":
         return mode
     if jax_platforms:
-        return "reuse" if jax_platforms.split(",")[0].strip().lower() == "cpu" else "system"
-    on_accelerator = any(name.lower().startswith(_ACCELERATOR_PLUGINS) for name in installed)
-    return "system" if on_accelerator else "reuse"
+        on_cpu = jax_platforms.split(",")[0].strip().lower() == "cpu"
+    else:
+        on_cpu = not any(name.lower().startswith(_ACCELERATOR_PLUGINS) for name in installed)
+    return "reuse" if on_cpu and activation_bytes >= REUSE_FROM_BYTES else "system"
 
 
 def installed() -> list[str]:
@@ -71,15 +86,19 @@ def _backend_started() -> bool:
         return False
 
 
-def configure(mode: str = DEFAULT_MODE) -> dict:
+def configure(mode: str = DEFAULT_MODE, activation_bytes: int = 0) -> dict:
     """Apply ``mode`` to this process (before JAX's backend starts); returns :func:`state`. Only the first
-    call acts: glibc's arenas, once chosen, cannot be undone."""
+    call acts: glibc's arenas, once chosen, cannot be undone. ``activation_bytes``: the estimate ``auto``
+    decides by (:func:`lbtrain.models.activation_bytes` of the run's config)."""
     import jax
 
     if _state["reason"] != "not configured":
         return state()
 
-    chosen = resolve(mode, jax.config.jax_platforms, installed())  # which JAX reads from $JAX_PLATFORMS
+    # which JAX reads from $JAX_PLATFORMS
+    chosen = resolve(mode, jax.config.jax_platforms, installed(), activation_bytes)
+    if mode == "auto":
+        mode = f"auto (largest activation ~{activation_bytes / 2**20:.1f} MB)"
     if chosen == "system":
         _state.update(mode="system", reason=f"host_malloc={mode}")
     elif platform.libc_ver()[0] != "glibc":

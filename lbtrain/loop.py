@@ -83,6 +83,10 @@ class _Logged:
 _copy = jax.jit(lambda tree: jax.tree.map(jnp.copy, tree))
 
 
+def _as_is(batch):
+    return batch
+
+
 class PreemptionWatch:
     """A stop request (SIGTERM: a preemption, ``scripts/tpu_launch.sh --stop``) that every process obeys at
     the same step, after which the loop checkpoints and exits 0.
@@ -218,9 +222,12 @@ def _iterate(s: _Session, preemption: PreemptionWatch) -> bool:
     s.progress.start(step)
     t_seg = time.perf_counter()
     data_iter = run.batches.iterate(step)
+    # one process: the jitted step places the NumPy batch itself, along its in_shardings (in C++), where
+    # assembling global arrays in Python took half the loop's host time on a small model
+    feed = run.global_batch if jax.process_count() > 1 else _as_is
     pending = None
     while step < total:
-        s.state, metrics = run.train_step(s.state, run.global_batch(next(data_iter)))
+        s.state, metrics = run.train_step(s.state, feed(next(data_iter)))
         step += 1
         if step == first + 1:  # this step compiled the train step: rates and the ETA start after it
             jax.block_until_ready(s.state)

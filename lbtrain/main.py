@@ -72,13 +72,14 @@ def parse_flags(argv: list[str]) -> list[str]:
 def main(argv) -> None:
     if len(argv) > 1:
         _fail(f"unexpected arguments: {' '.join(argv[1:])}", 2)
-    from lbtrain import config_lib, hostmem, loop, parallel
+    from lbtrain import config_lib, hostmem, loop, models, parallel
 
     quiet_library_logs()
 
     try:
         config_lib.validate(_CONFIG.value)
-        hostmem.configure(_CONFIG.value.get("host_malloc", hostmem.DEFAULT_MODE))  # before JAX's backend starts
+        # before JAX's backend starts
+        hostmem.configure(_CONFIG.value.get("host_malloc", hostmem.DEFAULT_MODE), models.activation_bytes(_CONFIG.value))
         parallel.initialize_distributed(_CONFIG.value.get("distributed"))
         loop.train_and_evaluate(_CONFIG.value, _WORKDIR.value)
     except LbtrainError as e:

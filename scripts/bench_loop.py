@@ -7,11 +7,13 @@ Each cell is a child process (``--child``): it sets its ``host_malloc`` mode bef
 cannot change afterwards), builds the workload's config, and
 
 * trains it through :func:`lbtrain.loop.train` (what the ``lbtrain`` command runs) for a fixed number of
-  updates, reading the time per update from the run's own ``metrics.jsonl`` as a user would: from the first
-  logged row to the last (the compile before the first row, the final evaluation and checkpoint after the
-  last are outside it);
-* then times the same jitted train step on one device-resident batch, back to back, with no batch assembly,
+  updates in a fresh workdir from the same initial state each round, reading the time per update from the
+  run's own ``metrics.jsonl`` as a user would: from the first logged row to the last (the final evaluation
+  and checkpoint fall outside; ``bench_lstm.LoopBench``);
+* and times the same jitted train step on one device-resident batch, back to back, with no batch assembly,
   logging or host read: the *bare step*. ``loop / bare`` is what the loop costs on top of the computation.
+
+The two alternate for ``--rounds`` rounds after a first loop round that compiles (medians compared).
 
 Cells alternate (the modes in a rotating order for each repeat of each workload) and the medians over
 ``--repeats`` are compared. The JSON records ``lscpu``'s model name: these ratios hold for the CPU they
@@ -27,10 +29,11 @@ import resource
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "scripts"))
+import bench_lstm  # noqa: E402  (importing it starts no JAX backend: host_malloc can still be set)
 
 # name -> (config, updates trained, log_every_steps): the loop's own logging cadence of a real run
 WORKLOADS = {
@@ -41,79 +44,67 @@ WORKLOADS = {
     "ptb_medium_20": ("configs/ptb_lstm.py:corpus=kjv,size=medium", 50, 10),
     "ptb_medium_640": ("configs/ptb_lstm.py:corpus=kjv,size=medium,batch=640", 8, 2),
 }
-MODES = ("system", "reuse", "auto")
+MODES = ("system", "reuse")  # auto runs the settings of the one it picks: summarize() compares that one
 
 PARSER = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
 PARSER.add_argument("--workloads", default=",".join(WORKLOADS), help="Comma-separated names: " + ", ".join(WORKLOADS))
 PARSER.add_argument("--modes", default=",".join(MODES), help="host_malloc modes, comma-separated.")
 PARSER.add_argument("--repeats", type=int, default=2, help="Processes per (workload, mode), alternating the modes.")
-PARSER.add_argument("--bare_steps", type=int, default=0, help="Bare steps timed (default: the loop's updates).")
+PARSER.add_argument("--rounds", type=int, default=3, help="Rounds of loop and bare step per process (median).")
 PARSER.add_argument("--json", default="", help="Also write the results to this JSON file.")
 PARSER.add_argument("--resume", action="store_true", help="Keep the cells already in --json and run the rest.")
 PARSER.add_argument("--child", default="", help="Internal: run one cell in this process with this mode.")
 PARSER.add_argument("--workload", default="", help="Internal: the child's workload.")
 
 
-def _set(config, key: str, value) -> None:
-    *parents, leaf = key.split(".")
-    for p in parents:
-        config = config[p]
-    config[leaf] = value
+class TrainStep:
+    """The loop's own jitted train step, back to back on one device-resident batch: no batch assembly, no
+    logging, no host read until the round ends."""
+
+    def __init__(self, run, steps: int):
+        self.run, self.steps = run, steps
+        self.state = bench_lstm.jax_copy(run.state)
+        self.batch = run.global_batch(run.batches.batch_at(0))
+        self.state, _ = run.train_step(self.state, self.batch)  # compiled already (by the loop's first round)
+        bench_lstm._block_jax(self.state)
+
+    def round(self) -> float:
+        """Items per second over ``steps`` updates."""
+        start = time.perf_counter()
+        for _ in range(self.steps):
+            self.state, _ = self.run.train_step(self.state, self.batch)
+        bench_lstm._block_jax(self.state)
+        return self.steps * self.run.plan.items_per_step / (time.perf_counter() - start)
 
 
-def child(mode: str, name: str, bare_steps: int) -> dict:
-    """One cell: the loop's time per update, then the bare step's, in this process under ``mode``."""
+def child(mode: str, name: str, rounds: int) -> dict:
+    """One cell: the loop and its bare step, alternated for ``rounds`` rounds, in this process under ``mode``."""
     from lbtrain import hostmem
 
     state = hostmem.configure(mode)  # before JAX's backend starts
-    import jax
-
-    from lbtrain import config_lib, loop, setup
-
     spec, steps, log_every = WORKLOADS[name]
-    config = config_lib.load_config(spec)
-    config.unlock()
-    scratch = tempfile.mkdtemp(prefix="bench_loop_")
-    spe = setup.build(config, os.path.join(scratch, "probe")).plan.steps_per_epoch
-    epochs = (steps - 0.25) / spe  # exactly `steps` updates
-    for key, value in {"num_epochs": epochs, "log_every_steps": log_every, "optim.schedule.warmup_epochs": 0.0,
-                       "eval_every_epochs": epochs, "checkpoint_every_epochs": epochs}.items():  # fmt: skip
-        _set(config, key, value)
-    run = setup.build(config, os.path.join(scratch, "probe"))
-    assert run.plan.total_steps == steps, (run.plan.total_steps, steps)
-    workdir = os.path.join(scratch, "run")
+    # exactly `steps` updates a round, logged every `log_every`, evaluated and checkpointed only at the end
+    loop_ = bench_lstm.LoopBench(spec, [f"log_every_steps={log_every}", "eval_every_epochs=1e6",
+                                        "checkpoint_every_epochs=1e6"], steps)  # fmt: skip
     faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
-    with open(os.path.join(scratch, "stdout.log"), "w") as out:
-        saved, sys.stdout = sys.stdout, out
-        try:
-            result = loop.train(run, workdir)
-        finally:
-            sys.stdout = saved
-    faults = (resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults) / steps
-    rows = [json.loads(line) for line in open(os.path.join(workdir, "metrics.jsonl"))]
-    rows = [r for r in rows if r["kind"] == "train"]
-    first, last = rows[0], rows[-1]
-    loop_s = (last["train_time_s"] - first["train_time_s"]) / (last["step"] - first["step"])
-
-    state_, batch = result["state"], run.global_batch(run.batches.batch_at(0))
-    n = bare_steps or steps
-    state_, _ = run.train_step(state_, batch)  # warm: the step is compiled already, by the loop
-    jax.block_until_ready(state_)
-    start = time.perf_counter()
-    for _ in range(n):
-        state_, _ = run.train_step(state_, batch)
-    jax.block_until_ready(state_)
-    bare_s = (time.perf_counter() - start) / n
-    return {"workload": name, "mode": mode, "host_malloc": state, "config": spec, "updates": steps,
-            "log_every_steps": log_every, "measured_updates": last["step"] - first["step"], "bare_steps": n,
-            "loop_ms": 1e3 * loop_s, "bare_ms": 1e3 * bare_s, "loop_over_bare": loop_s / bare_s,
+    loop_.round()  # compiles the step and the evaluation: not counted
+    bare = TrainStep(loop_.run, loop_.steps)
+    times, items = {"loop": [], "bare": []}, loop_.tokens_per_step
+    for _ in range(rounds):
+        times["bare"].append(items / bare.round())
+        times["loop"].append(items / loop_.round())
+    faults = (resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults) / ((2 * rounds + 1) * loop_.steps)
+    loop_ms, bare_ms = (1e3 * statistics.median(times[k]) for k in ("loop", "bare"))
+    return {"workload": name, "mode": mode, "host_malloc": state, "config": spec, "updates": loop_.steps,
+            "log_every_steps": loop_.log_every, "rounds_ms": {k: [1e3 * t for t in v] for k, v in times.items()},
+            "loop_ms": loop_ms, "bare_ms": bare_ms, "loop_over_bare": loop_ms / bare_ms,
             "faults_per_update": faults,
             "peak_rss_gb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20}  # fmt: skip
 
 
 def measure(args, mode: str, name: str) -> dict:
     cmd = [sys.executable, os.path.abspath(__file__), f"--child={mode}", f"--workload={name}",
-           f"--bare_steps={args.bare_steps}"]  # fmt: skip
+           f"--rounds={args.rounds}"]  # fmt: skip
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
     if proc.returncode != 0:
         sys.exit(f"the {name} cell under host_malloc={mode} failed:\n{proc.stderr[-3000:]}")
@@ -129,27 +120,31 @@ def cpu_model() -> str:
     return next((line.split(":", 1)[1].strip() for line in out.splitlines() if line.startswith("Model name")), "")
 
 
+def auto_choice(name: str) -> str:
+    """What ``host_malloc=auto`` picks for a workload on the CPU (the CLI's rule, from the config alone)."""
+    from lbtrain import config_lib, hostmem, models
+
+    return hostmem.resolve("auto", "cpu", [], models.activation_bytes(config_lib.load_config(WORKLOADS[name][0])))
+
+
 def summarize(cells: list[dict], workloads: list[str], modes: list[str]) -> list[dict]:
-    """Per workload: the median loop and bare times of each mode, the best mode, and auto against it."""
+    """Per workload: the median loop and bare times of each mode, the best mode, and what auto picks against
+    it (auto runs exactly the settings of the mode it picks, so its time is that mode's)."""
     rows = []
     for name in workloads:
         mine = [c for c in cells if c["workload"] == name]
         loop = {m: statistics.median(c["loop_ms"] for c in mine if c["mode"] == m) for m in modes}
         bare = {m: statistics.median(c["bare_ms"] for c in mine if c["mode"] == m) for m in modes}
-        fixed = [m for m in modes if m != "auto"]
-        best = min(fixed, key=loop.get)
-        row = {"workload": name, "loop_ms": loop, "bare_ms": bare, "best": best,
-               "loop_over_bare": {m: loop[m] / bare[m] for m in modes}}  # fmt: skip
-        if "auto" in modes:
-            row["auto_chose"] = sorted({c["host_malloc"]["mode"] for c in mine if c["mode"] == "auto"})
-            row["auto_over_best"] = loop["auto"] / loop[best]
-        rows.append(row)
+        best, auto = min(modes, key=loop.get), auto_choice(name)
+        rows.append({"workload": name, "loop_ms": loop, "bare_ms": bare, "best": best,
+                     "loop_over_bare": {m: loop[m] / bare[m] for m in modes}, "auto_picks": auto,
+                     "auto_over_best": loop[auto] / loop[best] if auto in loop else None})  # fmt: skip
     return rows
 
 
 def main(args) -> None:
     if args.child:
-        print(json.dumps(child(args.child, args.workload, args.bare_steps)))
+        print(json.dumps(child(args.child, args.workload, args.rounds)))
         return
     from lbtrain import provenance
 
@@ -170,24 +165,24 @@ def main(args) -> None:
                 if args.json:
                     _write(args, cells, workloads, modes, provenance)
     rows = summarize(cells, workloads, modes)
-    print("\n| workload | " + " | ".join(f"loop ms ({m})" for m in modes) + " | best | loop / bare (best) |" +
-          (" auto / best |" if "auto" in modes else ""))  # fmt: skip
-    print("|---" * (3 + len(modes) + ("auto" in modes)) + "|")
+    print("\n| workload | " + " | ".join(f"loop ms ({m})" for m in modes) + " | best | loop / bare (best) | auto picks "
+          "| auto / best |")  # fmt: skip
+    print("|---" * (5 + len(modes)) + "|")
     for row in rows:
-        cells_ = " | ".join(f"{row['loop_ms'][m]:.3f}" for m in modes)
-        auto = f" {row['auto_over_best']:.3f} |" if "auto" in modes else ""
-        print(f"| {row['workload']} | {cells_} | {row['best']} | {row['loop_over_bare'][row['best']]:.3f} |{auto}")
+        times = " | ".join(f"{row['loop_ms'][m]:.3f}" for m in modes)
+        ratio = row["auto_over_best"]
+        print(f"| {row['workload']} | {times} | {row['best']} | {row['loop_over_bare'][row['best']]:.3f} | "
+              f"{row['auto_picks']} | {'-' if ratio is None else f'{ratio:.3f}'} |")
     if args.json:
         _write(args, cells, workloads, modes, provenance)
 
 
 def _write(args, cells, workloads, modes, provenance) -> None:
-    complete = all(sum(c["workload"] == w and c["mode"] == m for c in cells) >= args.repeats
-                   for w in workloads for m in modes)  # fmt: skip
+    complete = all(any(c["workload"] == w and c["mode"] == m for c in cells) for w in WORKLOADS for m in modes)
     out = {"argv": sys.argv, "code": provenance.code(), "versions": provenance.versions(),
-           "cpu_model": cpu_model(), "cpu_count": os.cpu_count(), "repeats": args.repeats,
-           "workloads": {w: WORKLOADS[w] for w in workloads}, "modes": modes, "cells": cells,
-           "summary": summarize(cells, workloads, modes) if complete else None}  # fmt: skip
+           "cpu_model": cpu_model(), "cpu_count": os.cpu_count(), "repeats": args.repeats, "rounds": args.rounds,
+           "workloads": WORKLOADS, "modes": modes, "cells": cells,
+           "summary": summarize(cells, list(WORKLOADS), modes) if complete else None}  # fmt: skip
     with open(args.json, "w") as f:
         json.dump(out, f, indent=2)
 

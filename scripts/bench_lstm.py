@@ -258,9 +258,12 @@ def _block(impl, value):
 
 def main(argv):
     del argv
-    from lbtrain import hostmem
+    from lbtrain import config_lib, hostmem, models
 
-    print(f"host_malloc: {hostmem.configure(_HOST_MALLOC.value)}", flush=True)  # before JAX's backend starts
+    # before JAX's backend starts; auto decides as the CLI would for the loop's config at the largest batch
+    largest = with_batch(_LOOP_CONFIG.value, max(map(int, _BATCHES.value)))
+    state = hostmem.configure(_HOST_MALLOC.value, models.activation_bytes(config_lib.load_config(largest)))
+    print(f"host_malloc: {state}", flush=True)
     if _MODE.value == "loop":
         return main_loop()
     import jax

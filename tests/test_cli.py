@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from lbtrain import hostmem
+from lbtrain import config_lib, hostmem, models
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -29,7 +29,9 @@ def test_run_with_overrides(tmp_path):
     assert results["plan"]["peak_lr"] == pytest.approx(4.0) and results["plan"]["optimizer"] == "lars"
     assert json.loads((tmp_path / "config.json").read_text())["optim"]["name"] == "lars"
     # the CLI applies host_malloc (auto) before JAX starts, and the provenance says what it did
-    expected = hostmem.resolve("auto", os.environ.get("JAX_PLATFORMS"), hostmem.installed())
+    config = config_lib.load_config("configs/mnist_lstm.py:runlocal=True,batch=64,scheme=linear")
+    expected = hostmem.resolve("auto", os.environ.get("JAX_PLATFORMS"), hostmem.installed(),
+                               models.activation_bytes(config))  # fmt: skip
     expected = expected if platform.libc_ver()[0] == "glibc" else "system"
     assert json.loads((tmp_path / "provenance.json").read_text())["hardware"]["host_malloc"] == expected
 

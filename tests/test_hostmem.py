@@ -11,24 +11,48 @@ import sys
 
 import pytest
 
-from lbtrain import config_lib, hostmem
+from lbtrain import config_lib, hostmem, models
 from lbtrain.errors import ConfigError
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-@pytest.mark.parametrize("mode, platforms, installed, expected", [
-    ("auto", None, ["numpy", "jax", "jaxlib"], "reuse"),             # CPU-only install
-    ("auto", None, ["jax", "jax-cuda12-plugin"], "system"),          # a CUDA plugin: the run is on the GPU
-    ("auto", None, ["jax", "jax_cuda13_plugin"], "system"),
-    ("auto", None, ["jax", "libtpu"], "system"),                     # Cloud TPU
-    ("auto", "cpu", ["jax", "jax-cuda12-plugin"], "reuse"),          # JAX_PLATFORMS decides over the plugins
-    ("auto", "cuda,cpu", ["jax"], "system"),
-    ("reuse", "tpu", ["libtpu"], "reuse"),                           # an explicit choice is kept
-    ("system", None, ["jax"], "system"),
+BIG = hostmem.REUSE_FROM_BYTES  # a step whose largest activation is this large
+
+
+@pytest.mark.parametrize("mode, platforms, installed, activation, expected", [
+    ("auto", None, ["numpy", "jax", "jaxlib"], BIG, "reuse"),        # CPU-only install, a large step
+    ("auto", None, ["numpy", "jax", "jaxlib"], BIG - 1, "system"),   # ... a small one: one arena would cost more
+    ("auto", None, ["numpy", "jax", "jaxlib"], 0, "system"),         # unknown size: the C library's defaults
+    ("auto", None, ["jax", "jax-cuda12-plugin"], BIG, "system"),     # a CUDA plugin: the run is on the GPU
+    ("auto", None, ["jax", "jax_cuda13_plugin"], BIG, "system"),
+    ("auto", None, ["jax", "libtpu"], BIG, "system"),                # Cloud TPU
+    ("auto", "cpu", ["jax", "jax-cuda12-plugin"], BIG, "reuse"),     # JAX_PLATFORMS decides over the plugins
+    ("auto", "cuda,cpu", ["jax"], BIG, "system"),
+    ("reuse", "tpu", ["libtpu"], 0, "reuse"),                        # an explicit choice is kept
+    ("system", None, ["jax"], BIG, "system"),
 ])  # fmt: skip
-def test_auto_reuses_freed_memory_only_where_the_run_is_on_the_cpu(mode, platforms, installed, expected):
-    assert hostmem.resolve(mode, platforms, installed) == expected
+def test_auto_reuses_freed_memory_only_for_a_large_step_on_the_cpu(mode, platforms, installed, activation, expected):
+    assert hostmem.resolve(mode, platforms, installed, activation) == expected
+
+
+@pytest.mark.parametrize("spec, expected", [
+    ("configs/mnist_lstm.py:runlocal=True", "system"),  # each runlocal config: small steps (bench_loop's rows)
+    ("configs/ptb_lstm.py:runlocal=True", "system"),
+    ("configs/gnmt.py:runlocal=True", "system"),
+    ("configs/resnet50_imagenet.py:runlocal=True", "system"),
+    ("configs/ptb_lstm.py:corpus=kjv,size=medium", "reuse"),  # 168 MB of scratch a step at batch 20
+    ("configs/ptb_lstm.py:corpus=kjv,size=medium,batch=640", "reuse"),
+])  # fmt: skip
+def test_auto_picks_by_the_configs_largest_activation(spec, expected):
+    """The rows of scripts/bench_loop.py: auto on the CPU takes the mode that was fastest there. By hand:
+    PTB-medium at batch 20 has 20 x 35 x 10,000 logits (26.7 MiB); runlocal PTB 20 x 20 x 2,000 (3.1 MiB)."""
+    config = config_lib.load_config(spec)
+    assert hostmem.resolve("auto", "cpu", [], models.activation_bytes(config)) == expected
+    if spec.endswith("size=medium"):
+        assert models.activation_bytes(config) == 4 * 20 * 35 * 10_000
+    if spec == "configs/ptb_lstm.py:runlocal=True":
+        assert models.activation_bytes(config) == 4 * 20 * 20 * 2_000
 
 
 def test_an_unknown_mode_is_one_line_naming_the_key():  # through validate: test_config.py's table
@@ -50,7 +74,7 @@ def test_changing_it_or_an_older_config_without_it_does_not_block_resume():
 BLOCK = """
 import ctypes, resource, sys, threading
 from lbtrain import hostmem
-print("STATE", hostmem.configure(sys.argv[1])["mode"])
+print("STATE", hostmem.configure(sys.argv[1], int(sys.argv[2]))["mode"])
 libc = ctypes.CDLL(None)
 libc.malloc.restype = ctypes.c_void_p
 libc.free.argtypes = [ctypes.c_void_p]
@@ -92,10 +116,10 @@ print("FAULTS", (resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before) / 
 """
 
 
-def _faults(code: str, mode: str) -> tuple[str, float]:
+def _faults(code: str, mode: str, activation_bytes: int = 0) -> tuple[str, float]:
     env = dict(os.environ, JAX_PLATFORMS="cpu")
-    proc = subprocess.run([sys.executable, "-c", code, mode], cwd=ROOT, env=env, capture_output=True, text=True,
-                          timeout=300)  # fmt: skip
+    proc = subprocess.run([sys.executable, "-c", code, mode, str(activation_bytes)], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=300)  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
     lines = dict(line.split(" ", 1) for line in proc.stdout.splitlines() if line.startswith(("STATE", "FAULTS")))
     return lines["STATE"], float(lines["FAULTS"])
@@ -108,8 +132,10 @@ GLIBC = pytest.mark.skipif(platform.system() != "Linux" or platform.libc_ver()[0
 def test_reuse_hands_a_freed_large_block_back_already_mapped():
     pages = (256 << 20) / os.sysconf("SC_PAGE_SIZE")
     assert _faults(BLOCK, "system") == ("system", pytest.approx(pages, rel=0.05))  # fresh pages: every one faults
-    state, faults = _faults(BLOCK, "auto")  # JAX_PLATFORMS=cpu: auto means reuse
+    state, faults = _faults(BLOCK, "auto", BIG)  # JAX_PLATFORMS=cpu and a large step: auto means reuse
     assert state == "reuse" and faults < 0.01 * pages, faults
+    state, faults = _faults(BLOCK, "auto", BIG - 1)  # ... and a small one: the C library's defaults
+    assert state == "system" and faults == pytest.approx(pages, rel=0.05)
 
 
 @GLIBC

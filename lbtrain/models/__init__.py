@@ -55,6 +55,27 @@ def _mnist_lstm(cfg, rngs, **data_args):
 MODELS = {"mnist_lstm": _mnist_lstm, "lstm_lm": _lstm_lm, "gnmt": _gnmt, "resnet": _resnet}
 
 
+# name -> (config -> elements of one training step's largest activation), for host_malloc=auto (hostmem):
+# the logits of a language or translation model, an LSTM's gate pre-activations over its 28 image rows,
+# a ResNet's first stage (8x8 digits keep their size through the small stem). A rough size, not a memory
+# plan: XLA's scratch for the step holds several such buffers.
+_LARGEST_ACTIVATION = {
+    "lstm_lm": lambda c: c.batch_size * c.data.window * max(c.model.vocab_size, 4 * c.model.hidden_size),
+    "gnmt": lambda c: c.batch_size * c.data.max_len * max(c.model.vocab_size, 4 * c.model.hidden_size),
+    "mnist_lstm": lambda c: c.batch_size * 28 * 4 * c.model.hidden_size,
+    "resnet": lambda c: c.batch_size * (64 if c.data.get("source") == "digits" else c.data.image_size**2)
+    * c.model.width,
+}
+
+
+def activation_bytes(config) -> int:
+    """Float32 bytes of the largest activation of one training step of ``config`` (a whole run config), by
+    a rough per-model formula; 0 for a model without one (then ``host_malloc=auto`` keeps the C library's
+    defaults)."""
+    estimate = _LARGEST_ACTIVATION.get(config.model.name)
+    return 4 * int(estimate(config)) if estimate is not None else 0
+
+
 def make(cfg, rngs: nnx.Rngs, **data_args) -> nnx.Module:
     """Build the model ``cfg.name`` with its hyper-parameters from ``cfg``."""
     if cfg.name not in MODELS:
@@ -62,4 +83,5 @@ def make(cfg, rngs: nnx.Rngs, **data_args) -> nnx.Module:
     return MODELS[cfg.name](cfg, rngs, **data_args)
 
 
-__all__ = ["GNMT", "LSTM", "ResNet", "LSTMLanguageModel", "LSTMStack", "MnistLSTM", "MODELS", "make"]
+__all__ = ["GNMT", "LSTM", "ResNet", "LSTMLanguageModel", "LSTMStack", "MnistLSTM", "MODELS", "activation_bytes",
+           "make"]
