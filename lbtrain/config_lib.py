@@ -106,8 +106,9 @@ def add_run_fields(config: ml_collections.ConfigDict) -> ml_collections.ConfigDi
     # the PRNG behind dropout (see docs/performance.md): threefry2x32 (JAX's default: the same bits on any
     # device count and platform) | rbg | unsafe_rbg (XLA's RngBitGenerator: cheaper on accelerators)
     config.prng_impl = DEFAULT_PRNG_IMPL
-    # freed host memory (see lbtrain/hostmem.py): auto (reuse on CPU) | reuse (keep it for XLA:CPU's next
-    # step: far fewer page faults, a higher peak RSS) | system (the C library's defaults)
+    # freed host memory (see lbtrain/hostmem.py): auto (reuse on the CPU for a large step, else system) |
+    # reuse (keep it for XLA:CPU's next step: far fewer page faults, a higher peak RSS) | system (the C
+    # library's defaults)
     config.host_malloc = hostmem.DEFAULT_MODE
     config.accum_steps = 1  # micro-batches per update (gradient accumulation inside the step)
     config.noise_scale = False  # log the gradient noise scale (micro-batch vs full-batch gradients; >= 2 micro-batches)

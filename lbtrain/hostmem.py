@@ -19,9 +19,9 @@ and threads share one arena's lock for requests that their per-thread caches can
 still split a freed block for small requests and map fresh pages for the next large one, so some steps
 fault. Nothing computed changes. The settings must be made before JAX
 starts its backend (its threads pick their arena at their first allocation); :func:`configure` says so
-when it is called too late. ``auto`` means ``reuse`` when the run will be on the CPU (no accelerator
-plugin installed, or ``JAX_PLATFORMS=cpu``) and ``system`` otherwise, where the step's scratch lives in
-device memory. On a C library other than glibc every mode leaves the allocator as it is.
+when it is called too late. ``auto`` means ``system`` when the run will be on an accelerator (a plugin
+installed and ``JAX_PLATFORMS`` not ``cpu``), where the step's scratch lives in device memory. On a C
+library other than glibc every mode leaves the allocator as it is.
 
 ``auto`` on the CPU decides per run, from an estimate of the step's largest activation
 (:func:`lbtrain.models.activation_bytes`: the logits of a language or translation model, a ResNet's first

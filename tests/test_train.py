@@ -71,3 +71,50 @@ def test_mock_tfds_run(tmp_path):
     assert result["plan"]["steps_per_epoch"] == 4
     assert result["final"]["examples"] == 64  # every mock test example evaluated once
     assert np.isfinite(result["final"]["loss"])
+
+
+def test_the_loop_reads_a_logged_step_only_after_dispatching_the_next(tmp_path, monkeypatch):
+    """The fed loop: the host reads the device only at logged steps, and a logged step's numbers only once
+    the next step is queued (so the device computes while the host logs); evaluated, checkpointed and last
+    steps are read at once. Every logged row is still written, in order."""
+    import dataclasses
+
+    import jax
+
+    from lbtrain import setup
+
+    cfg = config("runlocal=True,batch=32", num_epochs=0.8, log_every_steps=10, eval_every_epochs=0.4,
+                 checkpoint_every_epochs=0.4)  # fmt: skip
+    run = setup.build(cfg, str(tmp_path))
+    events = []
+    step = run.train_step
+
+    def train_step(state, batch):
+        events.append(("dispatch", len([e for e in events if e[0] == "dispatch"]) + 1))
+        return step(state, batch)
+
+    reads = []
+    real_get = jax.device_get
+    monkeypatch.setattr(loop.jax, "device_get", lambda x: (reads.append(len(events)), real_get(x))[1])
+    log = loop._Session.log
+    monkeypatch.setattr(loop._Session, "log", lambda s, logged, t: (events.append(("read", logged.step)),
+                                                                     log(s, logged, t))[1])  # fmt: skip
+    loop.train(dataclasses.replace(run, train_step=train_step), str(tmp_path / "run"))
+    total, every = run.plan.total_steps, run.plan.eval_every
+    assert total == 100 and every == 50 and run.plan.checkpoint_every == 50
+    dispatched = 0
+    for kind, n in events:
+        if kind == "dispatch":
+            dispatched = n
+        elif n % every == 0 or n == total:
+            assert dispatched == n, (n, dispatched)  # evaluated / checkpointed / last: read at once
+        else:
+            assert dispatched == n + 1, (n, dispatched)  # the next step is queued first
+    assert [n for kind, n in events if kind == "read"] == list(range(10, total + 1, 10))
+    assert [r["step"] for r in read_jsonl(tmp_path / "run" / "metrics.jsonl") if r["kind"] == "train"] == list(
+        range(10, total + 1, 10))
+    # device reads between two dispatches happen only around logged steps (2 per read row: metrics and the
+    # bad-update record) and at the evaluations and saves, never on the other 90 steps
+    quiet = {n for kind, n in events if kind == "dispatch" and n % 10 not in (0, 1)}
+    at = [sum(1 for e in events[:i] if e[0] == "dispatch") for i in reads]
+    assert not quiet & set(at), sorted(quiet & set(at))
