@@ -53,6 +53,9 @@ PARSER.add_argument("--repeats", type=int, default=2, help="Processes per (workl
 PARSER.add_argument("--rounds", type=int, default=3, help="Rounds of loop and bare step per process (median).")
 PARSER.add_argument("--json", default="", help="Also write the results to this JSON file.")
 PARSER.add_argument("--resume", action="store_true", help="Keep the cells already in --json and run the rest.")
+PARSER.add_argument("--scale", type=float, default=1.0, help="Train this share of each workload's updates and "
+                    "log interval (a quick check of the script; the committed runs use 1).")
+PARSER.add_argument("--render", action="store_true", help="Only print the table of the cells in --json.")
 PARSER.add_argument("--child", default="", help="Internal: run one cell in this process with this mode.")
 PARSER.add_argument("--workload", default="", help="Internal: the child's workload.")
 
@@ -77,12 +80,13 @@ class TrainStep:
         return self.steps * self.run.plan.items_per_step / (time.perf_counter() - start)
 
 
-def child(mode: str, name: str, rounds: int) -> dict:
+def child(mode: str, name: str, rounds: int, scale: float = 1.0) -> dict:
     """One cell: the loop and its bare step, alternated for ``rounds`` rounds, in this process under ``mode``."""
     from lbtrain import hostmem
 
     state = hostmem.configure(mode)  # before JAX's backend starts
     spec, steps, log_every = WORKLOADS[name]
+    steps, log_every = max(int(steps * scale), 8), max(int(log_every * scale), 2)
     # exactly `steps` updates a round, logged every `log_every`, evaluated and checkpointed only at the end
     loop_ = bench_lstm.LoopBench(spec, [f"log_every_steps={log_every}", "eval_every_epochs=1e6",
                                         "checkpoint_every_epochs=1e6"], steps)  # fmt: skip
@@ -104,7 +108,7 @@ def child(mode: str, name: str, rounds: int) -> dict:
 
 def measure(args, mode: str, name: str) -> dict:
     cmd = [sys.executable, os.path.abspath(__file__), f"--child={mode}", f"--workload={name}",
-           f"--rounds={args.rounds}"]  # fmt: skip
+           f"--rounds={args.rounds}", f"--scale={args.scale}"]  # fmt: skip
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
     if proc.returncode != 0:
         sys.exit(f"the {name} cell under host_malloc={mode} failed:\n{proc.stderr[-3000:]}")
@@ -142,16 +146,33 @@ def summarize(cells: list[dict], workloads: list[str], modes: list[str]) -> list
     return rows
 
 
+def table(rows: list[dict]) -> None:
+    modes = list(rows[0]["loop_ms"])
+    print("| workload | " + " | ".join(f"loop ms ({m})" for m in modes) + " | " +
+          " | ".join(f"bare ms ({m})" for m in modes) + " | best | loop / bare (best) | auto picks | auto / best |")
+    print("|---" * (5 + 2 * len(modes)) + "|")
+    for row in rows:
+        loop = " | ".join(f"{row['loop_ms'][m]:.3f}" for m in modes)
+        bare = " | ".join(f"{row['bare_ms'][m]:.3f}" for m in modes)
+        ratio = row["auto_over_best"]
+        print(f"| {row['workload']} | {loop} | {bare} | {row['best']} | {row['loop_over_bare'][row['best']]:.3f} | "
+              f"{row['auto_picks']} | {'-' if ratio is None else f'{ratio:.3f}'} |")
+
+
 def main(args) -> None:
     if args.child:
-        print(json.dumps(child(args.child, args.workload, args.rounds)))
+        print(json.dumps(child(args.child, args.workload, args.rounds, args.scale)))
         return
     from lbtrain import provenance
 
     workloads, modes = args.workloads.split(","), args.modes.split(",")
     cells = []
-    if args.resume and args.json and os.path.exists(args.json):
-        cells = json.load(open(args.json))["cells"]
+    if (args.resume or args.render) and args.json and os.path.exists(args.json):
+        saved = json.load(open(args.json))
+        cells = saved["cells"]
+        if args.render:  # the table of a committed run, rebuilt from its cells
+            print(f"{saved['cpu_model']} ({saved['cpu_count']} CPUs), commit {saved['code']['commit']}")
+            return table(summarize(cells, [w for w in WORKLOADS if any(c["workload"] == w for c in cells)], modes))
     for name in workloads:
         for r in range(args.repeats):
             for mode in modes[r % len(modes) :] + modes[: r % len(modes)]:  # a rotating order
@@ -164,15 +185,7 @@ def main(args) -> None:
                       f"bare {cell['bare_ms']:8.3f} ms | loop/bare {cell['loop_over_bare']:.3f}", flush=True)
                 if args.json:
                     _write(args, cells, workloads, modes, provenance)
-    rows = summarize(cells, workloads, modes)
-    print("\n| workload | " + " | ".join(f"loop ms ({m})" for m in modes) + " | best | loop / bare (best) | auto picks "
-          "| auto / best |")  # fmt: skip
-    print("|---" * (5 + len(modes)) + "|")
-    for row in rows:
-        times = " | ".join(f"{row['loop_ms'][m]:.3f}" for m in modes)
-        ratio = row["auto_over_best"]
-        print(f"| {row['workload']} | {times} | {row['best']} | {row['loop_over_bare'][row['best']]:.3f} | "
-              f"{row['auto_picks']} | {'-' if ratio is None else f'{ratio:.3f}'} |")
+    table(summarize(cells, workloads, modes))
     if args.json:
         _write(args, cells, workloads, modes, provenance)
 
