@@ -99,7 +99,10 @@ def child(mode: str, name: str, rounds: int, scale: float = 1.0) -> dict:
         times["loop"].append(items / loop_.round())
     faults = (resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults) / ((2 * rounds + 1) * loop_.steps)
     loop_ms, bare_ms = (1e3 * statistics.median(times[k]) for k in ("loop", "bare"))
-    return {"workload": name, "mode": mode, "host_malloc": state, "config": spec, "updates": loop_.steps,
+    from lbtrain import provenance
+
+    return {"workload": name, "mode": mode, "code": provenance.code(), "host_malloc": state, "config": spec,
+            "updates": loop_.steps,
             "log_every_steps": loop_.log_every, "rounds_ms": {k: [1e3 * t for t in v] for k, v in times.items()},
             "loop_ms": loop_ms, "bare_ms": bare_ms, "loop_over_bare": loop_ms / bare_ms,
             "faults_per_update": faults,
