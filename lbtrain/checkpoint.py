@@ -15,7 +15,7 @@ recomputes it on what it read; a checkpoint that does not match, or that cannot 
 (truncated, partly missing), is reported by step in a warning line and the previous one is used.
 
 Multi-host: every process reads and verifies each candidate step, and the processes agree on it before
-any uses it (:func:`lbtrain.hosts.all_processes`): the restored step is the newest that *every* process
+any uses it (:func:`lbtrain.hosts.gather`): the restored step is the newest that *every* process
 verified, so one host's transient read error cannot put the hosts on different steps. A read failure
 inside the item handlers is returned as a value, not raised, so that the failing process still joins
 Orbax's restore barrier and the digest computation with the others.

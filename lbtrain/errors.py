@@ -40,5 +40,3 @@ class DivergedError(LbtrainError):
 
 __all__ = ["ConfigError", "DataError", "DivergedError", "LbtrainError", "ResumeError", "ShardingError",
            "StorageError"]  # fmt: skip
-
-ALL = (ConfigError, DataError, DivergedError, LbtrainError, ResumeError, ShardingError, StorageError)

@@ -26,8 +26,8 @@ library other than glibc every mode leaves the allocator as it is.
 ``auto`` on the CPU decides per run, from an estimate of the step's largest activation
 (:func:`lbtrain.models.activation_bytes`: the logits of a language or translation model, a ResNet's first
 stage): ``reuse`` from ``REUSE_FROM_BYTES`` up, ``system`` below. The single arena has a price of its own:
-XLA:CPU's worker threads then contend for one arena's lock, which made a small model's step 2.3x slower
-(runlocal MNIST-LSTM, 0.96 -> 2.2 ms, ``scripts/bench_loop.py``), while a step whose scratch is larger than
+XLA:CPU's worker threads then contend for one arena's lock, which made a small model's loop 1.7x slower
+(runlocal MNIST-LSTM, 1.05 -> 1.76 ms an update, ``scripts/bench_loop.py``), while a step whose scratch is larger than
 glibc's largest ``mmap`` threshold (32 MB) faults it in afresh every step without it. The threshold lies
 between the workloads measured to lose under ``reuse`` and those measured to gain
 (docs/performance.md, ``docs/bench/loop_workloads_*.json``).
@@ -51,8 +51,8 @@ _NO_TRIM = -1  # mallopt(3): -1 disables trimming completely
 _ACCELERATOR_PLUGINS = ("jax-cuda", "jax_cuda", "jax-rocm", "jax_rocm", "libtpu", "jax-tpu", "jax_tpu")
 
 # auto on the CPU: reuse when the step's largest activation is at least this large (float32 bytes). Between
-# the largest runlocal workload (PTB, 3.2 MB of logits: system 10 % faster) and PTB-medium at batch 20
-# (28 MB: reuse 1.2x faster); see the module docstring.
+# the largest runlocal workload (PTB, 3.1 MiB of logits: system 6 % faster) and PTB-medium at batch 20
+# (26.7 MiB: reuse 5 % faster); see the module docstring.
 REUSE_FROM_BYTES = 8 << 20
 
 _state = {"mode": "system", "reason": "not configured"}

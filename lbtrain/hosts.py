@@ -6,7 +6,7 @@ others wait in a collective) leaves the rest blocked for good. The helpers here 
 themselves, so every process must call them at the same point; in a single-process run they return the
 local value without touching a device.
 
-* :func:`gather` / :func:`any_process` / :func:`all_processes`: small integers from every process.
+* :func:`gather` / :func:`any_process`: small integers from every process.
 * :func:`from_process_zero`: a short text decided by process 0 (an error line, a token), the same on all.
 * :func:`workdir_lock`: process 0 takes the workdir lock; every process learns the outcome (and raises the
   same line if it failed), then proves it sees the same workdir (the lock's token), else all refuse it.
@@ -44,11 +44,6 @@ def any_process(flag: bool) -> bool:
     return any(gather(int(bool(flag))))
 
 
-def all_processes(flag: bool) -> bool:
-    """Whether ``flag`` is true on every process (the same answer on all)."""
-    return all(gather(int(bool(flag))))
-
-
 def from_process_zero(text: str) -> str:
     """Process 0's ``text`` on every process (others pass anything; UTF-8, cut at ``TEXT_BYTES``)."""
     if not _multi():
@@ -68,7 +63,8 @@ def _error_line(e: LbtrainError) -> str:
 
 def _raise_line(line: str) -> None:
     kind, _, message = line.partition("\n")
-    error = {c.__name__: c for c in (rundir.WorkdirLocked, *errors.ALL)}.get(kind, LbtrainError)
+    known = {name: getattr(errors, name) for name in errors.__all__} | {"WorkdirLocked": rundir.WorkdirLocked}
+    error = known.get(kind, LbtrainError)
     raise error(message)
 
 

@@ -78,8 +78,8 @@ def main(argv) -> None:
 
     try:
         config_lib.validate(_CONFIG.value)
-        # before JAX's backend starts
-        hostmem.configure(_CONFIG.value.get("host_malloc", hostmem.DEFAULT_MODE), models.activation_bytes(_CONFIG.value))
+        mode = _CONFIG.value.get("host_malloc", hostmem.DEFAULT_MODE)
+        hostmem.configure(mode, models.activation_bytes(_CONFIG.value))  # before JAX's backend starts
         parallel.initialize_distributed(_CONFIG.value.get("distributed"))
         loop.train_and_evaluate(_CONFIG.value, _WORKDIR.value)
     except LbtrainError as e:
