@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import statistics
+from collections.abc import Callable
 
 SEEDS = (0, 1, 2)
 
@@ -20,12 +21,35 @@ class Run:
     overrides: tuple[str, ...] = ()  # extra --config.a.b=value flags
     group: str = ""  # the table column (default: the scheme); e.g. the optimizer in a comparison
     seed: int = 0
-    role: str = "sweep"  # base | sweep | sensitivity (LEGW's peak LR x a factor) | noise (gradient noise scale)
+    role: str = "sweep"  # base | sweep | sensitivity (LEGW's peak LR x a factor) | noise | tune | budget
     lr_factor: float = 1.0  # sensitivity runs: the peak LR relative to LEGW's
 
     @property
     def column(self) -> str:
         return self.group or self.scheme
+
+
+FACTORS = tuple(2.0**i for i in range(-3, 4))  # the tuning grid: LEGW's peak LR x 1/8 ... x 8
+
+
+@dataclasses.dataclass(frozen=True)
+class Tuning:
+    """The tuned column (experiments/tuning.py): a grid of peak LRs at each batch size (or for each group), the
+    best point on ``seeds``, and the best point at the largest batch with ``budgets`` x the epoch budget."""
+
+    base_lr: float  # the recipe's LR at the base batch (a run's --config.optim.base_lr, where set, wins)
+    epochs: float  # the plan's epoch budget: the budget runs train ``epochs x multiple``
+    factors: tuple[float, ...] = FACTORS  # x the base LR, i.e. x LEGW's peak LR at every batch size
+    widen: int = 2  # times two more points are added beyond an edge the best point sits on
+    seeds: tuple[int, ...] = SEEDS  # the best point's seeds
+    budgets: tuple[float, ...] = (2.0, 4.0)  # epoch-budget multiples at the largest batch
+    # overrides that stretch a schedule not defined relative to the budget (e.g. per-epoch decay) over
+    # ``multiple`` x the epochs
+    stretch: Callable[[float], tuple[str, ...]] | None = None
+    groups: tuple[str, ...] = ()  # rows="group": the groups tuned (default: all)
+    budget_groups: tuple[str, ...] = ()  # rows="group": the groups with budget runs
+    extra: tuple[Run, ...] = ()  # more lines to tune: unseeded templates (role "tune"), e.g. at the base batch
+    cost: str = ""  # what the tuning adds to the plan's wall time, in words
 
 
 @dataclasses.dataclass(frozen=True)
@@ -34,6 +58,7 @@ class Plan:
     budget: str  # in words: epochs, data, model size
     config: str = ""  # when this plan runs another config file than the experiment's
     caveats: str = ""  # what this plan cannot show, beyond the protocol's standing caveats
+    tuning: Tuning | None = None  # the tuned column, if the plan has one
 
 
 @dataclasses.dataclass(frozen=True)
@@ -73,7 +98,8 @@ class Experiment:
         return a > b if self.direction == "max" else a < b
 
 
-def _seeded(run: Run, seed: int) -> Run:
+def seeded(run: Run, seed: int) -> Run:
+    """The run on ``seed``: its name gets ``_s<seed>`` and a nonzero seed adds ``--config.seed``."""
     overrides = run.overrides + ((f"--config.seed={seed}",) if seed else ())
     return dataclasses.replace(run, name=f"{run.name}_s{seed}", seed=seed, overrides=overrides)
 
@@ -104,7 +130,7 @@ def sweep(base: int, multipliers, schemes, extra: str = "", overrides: tuple[str
             lr = f"--config.optim.base_lr={base_lr * f:g}"
             runs.append((Run(f"b{b}_legw_lr{f:g}", b, "legw", f"batch={b},scheme=legw{sep}{extra}",
                              overrides + (lr,), f"legw, peak lr x{f:g}", role="sensitivity", lr_factor=f), side))  # fmt: skip
-    out = [_seeded(r, s) for r, ss in runs for s in ss]
+    out = [seeded(r, s) for r, ss in runs for s in ss]
     if noise_overrides is not None:
         out.append(Run(f"b{base}_noise", base, "base", runs[0][0].arg,
                        overrides + ("--config.noise_scale=True",) + tuple(noise_overrides), "noise", role="noise"))  # fmt: skip

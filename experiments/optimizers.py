@@ -1,7 +1,7 @@
 """Optimizer comparison at a large batch, each optimizer with LEGW and without any scaling (its base
 recipe applied unchanged): ResNet-50 at 16K; locally MNIST-LSTM at batch 160 (x16 the base 10)."""
 
-from experiments.common import SEEDS, Experiment, Plan, Run
+from experiments.common import SEEDS, Experiment, Plan, Run, Tuning
 
 RESNET_OPTIMIZERS = ("lars", "momentum", "adam", "adagrad", "rmsprop")
 # MNIST-LSTM base learning rates at batch 10: momentum is the recipe; the others use their common defaults
@@ -22,6 +22,21 @@ def _mnist():
                  for o, lr in MNIST_OPTIMIZERS.items() for s in ("legw", "none") for seed in SEEDS)  # fmt: skip
 
 
+def _mnist_overrides(optimizer: str) -> tuple[str, ...]:
+    return (f"--config.optim.name={optimizer}", f"--config.optim.base_lr={MNIST_OPTIMIZERS[optimizer]}",
+            "--config.optim.base_batch_size=10", "--config.log_every_steps=20")
+
+
+# every optimizer's peak LR tuned at 160; LARS's at the base batch 10 too (does its best LR move with the batch,
+# or does the trust ratio absorb it?); the longer budgets for LARS and momentum
+MNIST_TUNING = Tuning(
+    base_lr=0.1, epochs=40.0, budget_groups=("lars", "momentum"),
+    extra=(Run("lars_b10", 10, "legw", "batch=10,scheme=legw", _mnist_overrides("lars"), "lars", role="tune"),),
+    cost="37 grid runs beside the 5 LEGW runs the comparison has (LARS at batch 10 included), up to 24 more where "
+         "a grid widens, up to 12 seeds of the best points and 4 budget runs: about 2 minutes a run (3 at batch "
+         "10), about 1.5-2 h of two cores.")
+
+
 EXPERIMENT = Experiment(
     name="optimizers",
     config="configs/resnet50_imagenet.py",
@@ -34,7 +49,8 @@ EXPERIMENT = Experiment(
     local=Plan(_mnist(), "MNIST-LSTM on the embedded 5k digits, batch 160 (x16 the base 10), 40 epochs, 3 seeds",
                "configs/mnist_lstm.py",
                caveats="Only momentum's base learning rate is a tuned recipe; the adaptive optimizers use their "
-                       "usual defaults at the base batch."),
+                       "usual defaults at the base batch.",
+               tuning=MNIST_TUNING),
     rows="group",
     fixed_target=0.75,
     local_fixed_target=0.95,

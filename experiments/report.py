@@ -13,9 +13,11 @@ import math
 import os
 import statistics
 
+from experiments import tuning
 from experiments.common import Experiment, Plan
 
 PROTOCOL = "docs/reproduce.md"
+TUNING_ROLES = ("tune", "budget")  # runs shown in the tuned column and its sections, not in the scheme cells
 
 
 # ------------------------------------------------------------------------------------------- reading
@@ -42,6 +44,34 @@ def read_run(run_dir: str) -> dict | None:
 
 def evals(d: dict, split: str, metric: str) -> list[dict]:
     return [r for r in d["rows"] if r.get("kind") == split and isinstance(r.get(metric), (int, float))]
+
+
+def finals(exp: Experiment, results_dir: str):
+    """``name -> final value`` of the runs published under ``results_dir/runs``: the last evaluation's metric,
+    ``tuning.STOPPED`` for a run that stopped with an lbtrain error, None for one not finished (what
+    experiments/tuning.py decides its stages from). Finished runs are read once."""
+    cache: dict[str, float | str] = {}
+
+    def final(name: str):
+        if name in cache:
+            return cache[name]
+        run_dir = os.path.join(results_dir, "runs", name)
+        if os.path.isfile(os.path.join(run_dir, "failure.json")):
+            cache[name] = tuning.STOPPED
+        else:
+            d = read_run(run_dir)
+            ev = evals(d, exp.split, exp.metric) if d and d["finished"] else []
+            if not ev:
+                return None
+            cache[name] = ev[-1][exp.metric]
+        return cache[name]
+
+    return final
+
+
+def all_runs(exp: Experiment, plan: Plan, results_dir: str) -> list:
+    """The plan's runs and the tuning runs its published results call for so far."""
+    return list(plan.runs) + tuning.runs(exp, plan, finals(exp, results_dir))
 
 
 # ------------------------------------------------------------------------------------------- summaries
@@ -77,7 +107,7 @@ def summarize_run(exp: Experiment, run, d: dict | None, target: float | None) ->
     row.update({
         "status": "finished" if d["finished"] else "partial", "final": values[-1], "best": best,
         "steps": ev[-1]["step"], "total_steps": total, "epochs": ev[-1].get("epoch"),
-        "steps_to_target": hit["step"] if hit else None,
+        "steps_to_target": hit["step"] if hit else None, "epochs_to_target": hit.get("epoch") if hit else None,
         "time_to_target_s": hit.get("train_time_s") if hit else None,
         "target_at_budget_fraction": hit["step"] / total if hit and total else None,
         "peak_lr": p.get("peak_lr"), "warmup_steps": p.get("warmup_steps"), "warmup_epochs": p.get("warmup_epochs"),
@@ -118,12 +148,13 @@ def noise_scale(d: dict | None) -> list[dict]:
 
 
 def summarize(exp: Experiment, plan: Plan, results_dir: str, local: bool) -> dict:
-    data = {r.name: read_run(os.path.join(results_dir, "runs", r.name)) for r in plan.runs}
-    bases = [r for r in plan.runs if r.role == "base"]
+    runs = all_runs(exp, plan, results_dir)
+    data = {r.name: read_run(os.path.join(results_dir, "runs", r.name)) for r in runs}
+    bases = [r for r in runs if r.role == "base"]
     base_best = [summarize_run(exp, r, data[r.name], None).get("best") for r in bases]
     target = exp.target([b for b in base_best if b is not None], local)
-    rows = [summarize_run(exp, r, data[r.name], target) for r in plan.runs]
-    noise = next((noise_scale(data[r.name]) for r in plan.runs if r.role == "noise"), [])
+    rows = [summarize_run(exp, r, data[r.name], target) for r in runs]
+    noise = next((noise_scale(data[r.name]) for r in runs if r.role == "noise"), [])
     return {"rows": rows, "data": data, "target": target, "noise": noise}
 
 
@@ -131,21 +162,11 @@ def cells(exp: Experiment, rows: list[dict]) -> dict:
     """(batch or group, column) -> aggregate over seeds: final mean +- se, steps to target, reached count."""
     out = {}
     for r in rows:
-        if ("final" not in r and not r.get("stopped")) or r["role"] == "noise":
+        if ("final" not in r and not r.get("stopped")) or r["role"] in ("noise", *TUNING_ROLES):
             continue
         key = (r["batch"] if exp.rows == "batch" else r["column"], r["column"])
         out.setdefault(key, []).append(r)
-    agg = {}
-    for key, rs in out.items():
-        final, final_se = mean_se([r["final"] for r in rs if "final" in r])
-        reached = [r["steps_to_target"] for r in rs if r["steps_to_target"] is not None]
-        agg[key] = {"final": final, "final_se": final_se, "seeds": len(rs), "reached": len(reached),
-                    "stopped": sum(bool(r.get("stopped")) for r in rs),
-                    "steps_to_target": statistics.fmean(reached) if reached else None,
-                    "budget_fraction": statistics.fmean(r["target_at_budget_fraction"] for r in rs
-                                                        if r.get("target_at_budget_fraction") is not None)
-                    if reached else None, "batch": rs[0]["batch"]}  # fmt: skip
-    return agg
+    return {key: aggregate(rs) for key, rs in out.items()}
 
 
 # ------------------------------------------------------------------------------------------- writing
@@ -172,7 +193,7 @@ def seeds_line(rows: list[dict]) -> str:
     """Which seeds ran: one count for every setting, or the count per group of columns when they differ."""
     by_col: dict[str, set] = {}
     for r in rows:
-        if r["role"] != "noise":
+        if r["role"] not in ("noise", *TUNING_ROLES):
             by_col.setdefault(r["column"], set()).add(r["seed"])
     groups: dict[tuple, list[str]] = {}
     for col, ss in by_col.items():
@@ -221,6 +242,34 @@ def caveats(exp: Experiment, plan: Plan, s: dict, local: bool) -> list[str]:
     return lines
 
 
+def aggregate(rs: list[dict]) -> dict:
+    """A cell's numbers over the seeds of one setting: final mean +- se, steps to target, reached count."""
+    final, final_se = mean_se([r["final"] for r in rs if "final" in r])
+    reached = [r for r in rs if r.get("steps_to_target") is not None]
+    fractions = [r["target_at_budget_fraction"] for r in reached if r.get("target_at_budget_fraction") is not None]
+    return {"final": final, "final_se": final_se, "seeds": len(rs), "reached": len(reached),
+            "stopped": sum(bool(r.get("stopped")) for r in rs),
+            "steps_to_target": statistics.fmean(r["steps_to_target"] for r in reached) if reached else None,
+            "epochs_to_target": statistics.fmean(r["epochs_to_target"] for r in reached
+                                                 if r.get("epochs_to_target") is not None) if reached else None,
+            "budget_fraction": statistics.fmean(fractions) if fractions else None, "batch": rs[0]["batch"]}
+
+
+def cell_text(v: dict | None, base_steps: float | None) -> str:
+    """``final +- se (steps to target, step speedup over the base, reached/seeds)``."""
+    if v is None:
+        return "-"
+    stopped = f", diverged {v['stopped']}/{v['seeds']}" if v["stopped"] else ""
+    if v["final"] is None:
+        return f"diverged {v['stopped']}/{v['seeds']}"
+    se = f" +- {fmt(v['final_se'], 2)}" if v["final_se"] is not None else ""
+    if v["steps_to_target"] is None:
+        return f"{fmt(v['final'])}{se} (target 0/{v['seeds']}{stopped})"
+    speed = f", x{base_steps / v['steps_to_target']:.2g}" if base_steps else ""
+    return (f"{fmt(v['final'])}{se} ({v['steps_to_target']:.0f} steps{speed}, {v['reached']}/{v['seeds']}"
+            f"{stopped})")
+
+
 def main_table(exp: Experiment, s: dict, agg: dict) -> list[str]:
     rows = s["rows"]
     cols = list(dict.fromkeys(r["column"] for r in rows if r["role"] == "sweep"))
@@ -228,31 +277,25 @@ def main_table(exp: Experiment, s: dict, agg: dict) -> list[str]:
     base_steps = base["steps_to_target"] if base else None
 
     def cell(v):
-        if v is None:
-            return "-"
-        stopped = f", diverged {v['stopped']}/{v['seeds']}" if v["stopped"] else ""
-        if v["final"] is None:
-            return f"diverged {v['stopped']}/{v['seeds']}"
-        se = f" +- {fmt(v['final_se'], 2)}" if v["final_se"] is not None else ""
-        if v["steps_to_target"] is None:
-            return f"{fmt(v['final'])}{se} (target 0/{v['seeds']}{stopped})"
-        speed = f", x{base_steps / v['steps_to_target']:.2g}" if base_steps else ""
-        return (f"{fmt(v['final'])}{se} ({v['steps_to_target']:.0f} steps{speed}, {v['reached']}/{v['seeds']}"
-                f"{stopped})")
+        return cell_text(v, base_steps)
 
     noise = s["noise"]
     noise_cols = [n["window"] for n in noise]
-    head = ["batch", "k"] + cols + [f"batch / B_simple ({w})" for w in noise_cols]
+    tuned = s.get("tuned", {})
+    head = ["batch", "k"] + cols + (["tuned"] if tuned else []) + [f"batch / B_simple ({w})" for w in noise_cols]
     lines = []
     if base:
         lines += [f"Base batch {base['batch']} (the recipe; every column starts from it): {cell(base)}.", ""]
     lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    keys = sorted({k for (k, c) in agg if c != "base" and agg[(k, c)]} | ({base["batch"]} if base else set()))
+    keys = sorted({k for (k, c) in agg if c != "base" and agg[(k, c)]} | ({base["batch"]} if base else set())
+                  | {int(k) for k in tuned})
     for k in keys:
         label = f"{k} (base)" if base and k == base["batch"] else str(k)
         ratio = k / base["batch"] if base else float("nan")
         row = [label, f"{ratio:g}"]
         row += ["=" if base and k == base["batch"] else cell(agg.get((k, c))) for c in cols]
+        if tuned:
+            row.append(tuned.get(str(k), "-"))
         for n in noise:
             per_row = n["count_per_update"] / base["batch"] if base and n["count_per_update"] else None
             row.append(fmt(k * per_row / n["b_simple"], 2) if per_row and n["b_simple"] else "-")
@@ -261,13 +304,15 @@ def main_table(exp: Experiment, s: dict, agg: dict) -> list[str]:
 
 
 def group_table(exp: Experiment, s: dict, agg: dict) -> list[str]:
-    cols = list(dict.fromkeys(r["scheme"] for r in s["rows"] if "final" in r))
-    groups = list(dict.fromkeys(r["column"] for r in s["rows"] if "final" in r))
+    shown = [r for r in s["rows"] if "final" in r and r["role"] not in TUNING_ROLES]
+    cols = list(dict.fromkeys(r["scheme"] for r in shown))
+    groups = list(dict.fromkeys(r["column"] for r in shown))
     by = {}
-    for r in s["rows"]:
-        if "final" in r:
-            by.setdefault((r["column"], r["scheme"]), []).append(r)
-    lines = [f"| optimizer | {' | '.join(cols)} |", "|---|" + "---|" * len(cols)]
+    for r in shown:
+        by.setdefault((r["column"], r["scheme"]), []).append(r)
+    tuned = s.get("tuned", {})
+    extra = ["tuned"] if tuned else []
+    lines = [f"| optimizer | {' | '.join(cols + extra)} |", "|---|" + "---|" * len(cols + extra)]
     for g in groups:
         out = []
         for c in cols:
@@ -276,6 +321,8 @@ def group_table(exp: Experiment, s: dict, agg: dict) -> list[str]:
             reached = [r["steps_to_target"] for r in rs if r["steps_to_target"] is not None]
             out.append("-" if mean is None else f"{fmt(mean)}{' +- ' + fmt(se, 2) if se else ''} "
                        f"(target {len(reached)}/{len(rs)})")  # fmt: skip
+        if tuned:
+            out.append(tuned.get(g, "-"))
         lines.append(f"| {g} | " + " | ".join(out) + " |")
     return lines
 
@@ -285,7 +332,11 @@ def write_markdown(exp: Experiment, plan: Plan, s: dict, path: str, local: bool,
     agg = cells(exp, rows)
     better = "higher" if exp.direction == "max" else "lower"
     lines = [f"# {exp.name}{' (local)' if local else ''}: {m} on {exp.split} ({better} is better)", ""]
-    lines += caveats(exp, plan, s, local) + ["", f"Paper's claim: {exp.claim}.", "", f"Command: `{command}`", ""]
+    from experiments import report_tuning
+
+    verdicts = [f"- LEGW against a tuned peak LR at {v}" for v in report_tuning.verdicts(exp, plan, s)]
+    lines += caveats(exp, plan, s, local) + verdicts
+    lines += ["", f"Paper's claim: {exp.claim}.", "", f"Command: `{command}`", ""]
     rule = "fixed" if exp.target([], local) is not None else (
         f"the base runs' mean best {m} {'-' if exp.direction == 'max' else 'x (1 +'} {exp.tolerance:g}"
         f"{')' if exp.direction == 'min' else ''}")  # fmt: skip
@@ -322,6 +373,7 @@ def write_markdown(exp: Experiment, plan: Plan, s: dict, path: str, local: bool,
                              f"{fmt(statistics.fmean(reached)) if reached else '-'} ({len(reached)}/{len(rs)}) |")
     else:
         lines += group_table(exp, s, agg)
+    lines += report_tuning.sections(exp, plan, s)
     lines += ["", "Every run:", "",
               "| run | batch | scheme | seed | peak lr | warmup steps | steps | final | best | steps to target | "
               "train s to target | status |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
@@ -333,8 +385,9 @@ def write_markdown(exp: Experiment, plan: Plan, s: dict, path: str, local: bool,
                                         fmt(r["warmup_steps"]), str(r["steps"]), fmt(r["final"]), fmt(r["best"]),
                                         fmt(r["steps_to_target"]), fmt(r["time_to_target_s"], 3), r["status"]]) + " |")  # fmt: skip
     stem = os.path.basename(path)[:-3]
+    tuned_plot = f", [the tuned LR against batch size]({stem}_lr_vs_batch.png)" if s.get("tuned") else ""
     lines += ["", f"Plots: [{m} vs batch]({stem}_metric_vs_batch.png), [learning-rate schedules]({stem}_lr.png), "
-              f"[learning curves]({stem}_curves.png)."]
+              f"[learning curves]({stem}_curves.png){tuned_plot}."]
     with open(path, "w") as f:
         f.write("\n".join(lines) + "\n")
 
@@ -356,7 +409,7 @@ def write_plots(exp: Experiment, s: dict, prefix: str, unit_label: str) -> None:
     import matplotlib.pyplot as plt
 
     m, rows, data, target = exp.metric, s["rows"], s["data"], s["target"]
-    done = [r for r in rows if "final" in r and r["role"] != "noise"]
+    done = [r for r in rows if "final" in r and r["role"] not in ("noise", *TUNING_ROLES)]
     batches = sorted({r["batch"] for r in done})
     cmap = plt.get_cmap("viridis")
     color = {b: cmap(i / max(len(batches) - 1, 1) * 0.9) for i, b in enumerate(batches)}
@@ -430,11 +483,17 @@ def write_plots(exp: Experiment, s: dict, prefix: str, unit_label: str) -> None:
 
 def render(exp: Experiment, local: bool, results_dir: str, out_prefix: str, command: str) -> dict:
     """Summarise the runs under ``results_dir/runs`` and write ``out_prefix``.csv/.md/_*.png."""
+    from experiments import report_tuning
+
     plan = exp.plan(local)
     s = summarize(exp, plan, results_dir, local)
+    if plan.tuning:
+        s["tuned"] = report_tuning.tuned_cells(exp, plan, s)
     write_csv(s["rows"], out_prefix + ".csv")
     write_markdown(exp, plan, s, out_prefix + ".md", local, command)
     if any("final" in r for r in s["rows"]):
         unit = next((d["run_plan"].get("unit") for d in s["data"].values() if d and d["run_plan"]), "ex")
         write_plots(exp, s, out_prefix, {"tok": "token streams", "img": "images"}.get(unit, "examples"))
+        if plan.tuning:
+            report_tuning.plot(exp, plan, s, out_prefix + "_lr_vs_batch.png")
     return s

@@ -25,7 +25,7 @@ import shlex
 import shutil
 import subprocess
 import sys
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 
 from absl import app, flags
 
@@ -39,18 +39,22 @@ _LOCAL = flags.DEFINE_bool("local", False, "The scaled-down local plan instead o
 _JOBS = flags.DEFINE_integer("jobs", 1, "Runs trained at the same time.")
 _ONLY = flags.DEFINE_list("only", [], "Run (and render) only these run names.")
 _RUNS_DIR = flags.DEFINE_string("runs_dir", "", "Where the run workdirs go (default runs/<name>[_local]).")
-_OUT = flags.DEFINE_string("out", "", "Where the rendered files go (default experiments/results).")
+_RESULTS = flags.DEFINE_string("results", "", "Where finished runs' files are published and read from (default "
+                               "experiments/results).")
+_OUT = flags.DEFINE_string("out", "", "Where the rendered pages and plots go (default: --results); created.")
 _PRINT = flags.DEFINE_bool("print_commands", False, "Print one shell command per run and exit.")
 _RENDER = flags.DEFINE_bool("render", False, "Only render, from the committed per-run files (no training).")
 _EXTRA = flags.DEFINE_multi_string("extra", [], "Extra --config.x=y flags for every run (e.g. num_devices).")
 
 
+# the modules of experiments/ that declare no experiment
+NOT_EXPERIMENTS = ("__init__.py", "common.py", "report.py", "report_tuning.py", "tuning.py")
+
+
 def load_experiment(name: str):
     path = name if name.endswith(".py") else os.path.join(ROOT, "experiments", f"{name}.py")
     if not os.path.isfile(path):
-        names = sorted(f[:-3] for f in os.listdir(os.path.join(ROOT, "experiments"))
-                       if f.endswith(".py") and f not in ("__init__.py", "common.py"))  # fmt: skip
-        raise SystemExit(f"reproduce: no experiment {name!r}; valid choices: {', '.join(names)}")
+        raise SystemExit(f"reproduce: no experiment {name!r}; valid choices: {', '.join(experiment_names())}")
     spec = importlib.util.spec_from_file_location(f"_experiment_{os.path.basename(path)[:-3]}", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -95,9 +99,13 @@ def train_run(exp, run, plan, runs_dir: str, extra=()) -> tuple[str, str]:
 RUN_FILES = ("config.json", "metrics.jsonl", "results.json", "provenance.json", "failure.json")
 
 
-def publish(run, runs_dir: str, results_dir: str) -> bool:
+def publish(run, runs_dir: str, results_dir: str, check: bool = False) -> bool:
     """Copy a finished run's files (not its checkpoints) to ``<results_dir>/runs/<run>/``: what the rendered
-    tables are rebuilt from. Returns whether the run has finished."""
+    tables are rebuilt from. Returns whether the run has finished (``check``: only whether it has been
+    published already, copying nothing)."""
+    if check:
+        dst = os.path.join(results_dir, "runs", run.name)
+        return any(os.path.isfile(os.path.join(dst, name)) for name in ("results.json", "failure.json"))
     src = os.path.join(runs_dir, run.name)
     if not any(os.path.isfile(os.path.join(src, name)) for name in ("results.json", "failure.json")):
         return False
@@ -109,50 +117,89 @@ def publish(run, runs_dir: str, results_dir: str) -> bool:
     return True
 
 
-def render_one(exp, local: bool, out_dir: str) -> None:
+def render_one(exp, local: bool, results: str, out_dir: str) -> None:
+    """Render ``<out_dir>/<name>[_local].{md,csv}`` and its plots from the runs published under ``results``."""
     from experiments import report
 
     command = "python scripts/reproduce.py --experiment=" + exp.name + (" --local" if local else "")
-    results_dir = os.path.join(out_dir, tag(exp, local))
+    os.makedirs(out_dir, exist_ok=True)
+    results_dir = os.path.join(results, tag(exp, local))
     s = report.render(exp, local, results_dir, os.path.join(out_dir, tag(exp, local)), command)
     done = sum("final" in r for r in s["rows"])
     print(f"rendered {done}/{len(s['rows'])} runs -> {os.path.join(out_dir, tag(exp, local))}.md")
 
 
+def train_all(exp, plan, runs_dir: str, results_dir: str, only: list[str], jobs: int, extra) -> None:
+    """Train the plan's runs and, as they finish, the tuning runs they call for (experiments/tuning.py), at
+    most ``jobs`` at a time; publish each run as it ends. The tuning's next stage is decided afresh whenever
+    a run finishes, so a grid widened at one batch does not wait for the others."""
+    from experiments import report, tuning
+
+    final = report.finals(exp, results_dir)
+    skipped: set[str] = set()  # published earlier, or crashed in this invocation (reported, not retried)
+    running: dict = {}  # future -> run
+    with ThreadPoolExecutor(max(1, jobs)) as pool:
+        while True:
+            busy = {r.name for r in running.values()}
+            for r in list(plan.runs) + tuning.runs(exp, plan, final):
+                if len(running) >= max(1, jobs):
+                    break
+                if (only and r.name not in only) or r.name in skipped or r.name in busy:
+                    continue
+                if publish(r, runs_dir, results_dir, check=True):
+                    skipped.add(r.name)
+                    print(f"{r.name}: finished earlier", flush=True)
+                    continue
+                running[pool.submit(train_run, exp, r, plan, runs_dir, extra)] = r
+                busy.add(r.name)
+            if not running:
+                return
+            done, _ = wait(running, return_when=FIRST_COMPLETED)
+            for future in done:
+                run = running.pop(future)
+                name, status = future.result()
+                published = publish(run, runs_dir, results_dir)
+                if not published:
+                    skipped.add(name)
+                print(f"{name}: {status}{' (published)' if published else ''}", flush=True)
+
+
 def experiment_names() -> list[str]:
     return sorted(f[:-3] for f in os.listdir(os.path.join(ROOT, "experiments"))
-                  if f.endswith(".py") and f not in ("__init__.py", "common.py", "report.py"))  # fmt: skip
+                  if f.endswith(".py") and f not in NOT_EXPERIMENTS)
 
 
 def main(argv):
     del argv
     local = _LOCAL.value
-    out_dir = _OUT.value or os.path.join(ROOT, "experiments", "results")
+    results = _RESULTS.value or os.path.join(ROOT, "experiments", "results")
+    out_dir = _OUT.value or results
     if _EXPERIMENT.value == "all":
         if not _RENDER.value:
             raise SystemExit("reproduce: --experiment=all only renders: add --render")
         for name in experiment_names():
-            render_one(load_experiment(name), local, out_dir)
+            render_one(load_experiment(name), local, results, out_dir)
         return
     exp = load_experiment(_EXPERIMENT.value)
     plan = exp.plan(local)
-    runs = [r for r in plan.runs if not _ONLY.value or r.name in _ONLY.value]
-    if _ONLY.value and len(runs) != len(_ONLY.value):
-        raise SystemExit(f"reproduce: unknown run in --only; valid: {', '.join(r.name for r in plan.runs)}")
+    results_dir = os.path.join(results, tag(exp, local))
     runs_dir = _RUNS_DIR.value or os.path.join(ROOT, "runs", tag(exp, local))
-    if _PRINT.value:
-        for r in runs:
-            cmd = run_command(exp, r, plan, os.path.join(runs_dir, r.name), _EXTRA.value)
-            print(shlex.join(["lbtrain"] + cmd[3:]))
+    from experiments import report, tuning
+
+    known = list(plan.runs) + tuning.runs(exp, plan, report.finals(exp, results_dir))
+    if _ONLY.value and not set(_ONLY.value) <= {r.name for r in known}:
+        unknown = sorted(set(_ONLY.value) - {r.name for r in known})
+        raise SystemExit(f"reproduce: unknown run in --only: {', '.join(unknown)}; valid: "
+                         f"{', '.join(r.name for r in known)}")
+    if _PRINT.value:  # the tuning's later stages depend on results: only the runs known now
+        for r in known:
+            if not _ONLY.value or r.name in _ONLY.value:
+                cmd = run_command(exp, r, plan, os.path.join(runs_dir, r.name), _EXTRA.value)
+                print(shlex.join(["lbtrain"] + cmd[3:]))
         return
-    results_dir = os.path.join(out_dir, tag(exp, local))
     if not _RENDER.value:
-        with ThreadPoolExecutor(max(1, _JOBS.value)) as pool:
-            for name, status in pool.map(lambda r: train_run(exp, r, plan, runs_dir, _EXTRA.value), runs):
-                run = next(r for r in runs if r.name == name)
-                published = publish(run, runs_dir, results_dir)
-                print(f"{name}: {status}{' (published)' if published else ''}", flush=True)
-    render_one(exp, local, out_dir)
+        train_all(exp, plan, runs_dir, results_dir, _ONLY.value, _JOBS.value, _EXTRA.value)
+    render_one(exp, local, results, out_dir)
 
 
 if __name__ == "__main__":

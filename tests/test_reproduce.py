@@ -33,7 +33,7 @@ EXPERIMENT = textwrap.dedent(
 
 def reproduce(exp_path, runs, out, *args, **kw):
     cmd = [sys.executable, "scripts/reproduce.py", f"--experiment={exp_path}", "--local", f"--runs_dir={runs}",
-           f"--out={out}", *args]  # fmt: skip
+           f"--results={out}", *args]  # fmt: skip
     return subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             start_new_session=True, **kw)  # fmt: skip
 
