@@ -22,7 +22,8 @@ from lbtrain import config_lib, hosts, optim, parallel, provenance, rundir
 from lbtrain import step as step_lib
 from lbtrain.checkpoint import Checkpointer
 from lbtrain.errors import DivergedError, ResumeError
-from lbtrain.metrics import MetricWriter, Progress, format_duration
+from lbtrain.metrics import MetricWriter
+from lbtrain.progress import Progress, format_duration
 
 
 def _check_resumable(config, workdir: str) -> None:

@@ -18,7 +18,7 @@ from flax import nnx
 from lbtrain import config_lib, models, optim, parallel, step, tasks
 from lbtrain import data as data_lib
 from lbtrain.errors import ConfigError, ShardingError
-from lbtrain.metrics import unit_name
+from lbtrain.progress import unit_name
 
 
 @dataclasses.dataclass(frozen=True)

@@ -15,7 +15,7 @@ import sys
 from absl import app, flags
 
 from lbtrain import config_lib, loop
-from lbtrain.metrics import quiet_library_logs
+from lbtrain.logs import quiet_library_logs
 
 _SCHEMES = flags.DEFINE_list("schemes", ["legw"], "Schemes to run at the large batch (legw, linear, sqrt, none).")
 _FACTOR = flags.DEFINE_integer("factor", 16, "Large batch = factor x base batch.")

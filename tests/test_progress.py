@@ -5,7 +5,7 @@ import io
 
 import pytest
 
-from lbtrain.metrics import Progress, format_duration, unit_name
+from lbtrain.progress import Progress, format_duration, unit_name
 
 
 class Clock:
