@@ -1,8 +1,9 @@
 """The project's user-facing errors: mistakes a user can fix, shown by the CLI as one line.
 
 Every class here derives from :class:`LbtrainError`. ``lbtrain.main`` prints these as
-``lbtrain: error: <message>`` and exits 1; any other exception (a bug in lbtrain, JAX or Flax) keeps
-its traceback. A message names the key, file or path at fault and says what to do about it.
+``lbtrain: error: <message>`` and exits 2 (a mistake on the command line) or 1 (found once the run
+started); any other exception (a bug in lbtrain, JAX or Flax) keeps its traceback. A message names
+the key, file or path at fault and says what to do about it.
 
 This module imports nothing: every layer (data, models, tasks, engine, scripts) may raise these.
 """
@@ -12,6 +13,10 @@ from __future__ import annotations
 
 class LbtrainError(Exception):
     """Base of every error a user can fix by changing a config value, a file or a flag."""
+
+
+class FlagError(LbtrainError):
+    """A command-line flag is unknown, missing, given twice or has a value its type cannot take."""
 
 
 class ConfigError(LbtrainError):
@@ -38,5 +43,13 @@ class DivergedError(LbtrainError):
     """Training produced non-finite numbers and the NaN policy says stop."""
 
 
-__all__ = ["ConfigError", "DataError", "DivergedError", "LbtrainError", "ResumeError", "ShardingError",
-           "StorageError"]  # fmt: skip
+__all__ = [
+    "ConfigError",
+    "DataError",
+    "DivergedError",
+    "FlagError",
+    "LbtrainError",
+    "ResumeError",
+    "ShardingError",
+    "StorageError",
+]

@@ -1,44 +1,102 @@
 """The ``lbtrain`` command: ``lbtrain --config=configs/X.py[:arg] --workdir=DIR [--config.a.b=v]``.
 
-``lbtrain -h`` / ``--help`` prints :func:`lbtrain.cli_help.help_text` (the flags, every config and its
-args, examples) and exits 0 (``--helpfull`` adds absl's flags); ``lbtrain`` with no flags prints the same
-to stderr and exits 2.
+``lbtrain -h`` / ``--help`` prints :func:`lbtrain.cli_help.help_text` (the flags, every config and
+its args, examples) and exits 0 (``--helpfull`` adds absl's flags); ``lbtrain`` with no flags prints
+the same to stderr and exits 2.
+
+Mistakes a user can fix are :mod:`lbtrain.errors` classes, raised where they are found, and are
+shown as one line, ``lbtrain: error: <message>`` (``LBTRAIN_TRACEBACK=1`` shows the traceback):
+exit status 2 for the command line (a flag, the config file, its arg, a ``--config.a.b`` key), 1
+once the run has started. Any other exception is a bug and keeps its traceback.
 """
 
 from __future__ import annotations
 
+import contextlib
+import difflib
 import os
+import re
 import sys
+from collections.abc import Iterator
 
 from absl import app, flags
-from ml_collections import config_flags
+from ml_collections import ConfigDict, config_flags
 
-_CONFIG = config_flags.DEFINE_config_file("config", None, "Config file, with an optional :arg.", lock_config=True)
-_WORKDIR = flags.DEFINE_string("workdir", None, "Directory for metrics, TensorBoard events and results.")
+from lbtrain.errors import ConfigError, FlagError, LbtrainError
+from lbtrain.logs import quiet_library_logs
+
+# ``--config.a.b=v``, ``--config.a.b v`` and ``--noconfig.a.b``, as ml_collections reads them
+_OVERRIDE = re.compile(r"^--?(?:no)?config\.([^=]+)")
+
+
+class _ConfigFileParser(flags.ArgumentParser):
+    """``--config=path[:arg]`` loaded by :func:`lbtrain.config_lib.load_config` and locked, with the
+    ``--config.a.b`` keys of :attr:`argv` checked against it before ml_collections applies them: a
+    missing file, a bad arg and an unknown key are :class:`ConfigError` s that name them."""
+
+    def __init__(self):
+        self.argv: list[str] = []  # the command line, set by parse_flags
+
+    def parse(self, path: str) -> ConfigDict:
+        """Returns: the config that ``path`` (``file.py[:arg]``) describes, locked."""
+        from lbtrain import config_lib
+
+        file = path.split(":", 1)[0]
+        if not os.path.isfile(file):
+            raise ConfigError(
+                f"config file {file!r} not found (see configs/ for the available ones)"
+            )
+        if not file.endswith(".py"):
+            raise ConfigError(
+                f"config file {file!r} is not a Python file: pass one of configs/*.py"
+            )
+        try:
+            config = config_lib.load_config(path)
+        except (TypeError, ValueError, OverflowError) as e:
+            # absl would recast these as a bad flag value (one line): in a config file they are bugs
+            raise RuntimeError(f"loading the config {path} failed (traceback above)") from e
+        for arg in flags.FLAGS.read_flags_from_files(self.argv, force_gnu=False):
+            match = _OVERRIDE.match(arg)
+            if match:
+                _check_override(config, match.group(1), arg.split("=", 1)[0])
+        return config
+
+    def flag_type(self) -> str:
+        """Returns: the type ``--helpfull`` names."""
+        return "config object"
+
+
+_CONFIG_FILE = _ConfigFileParser()
+_CONFIG = config_flags.DEFINE_config_file("config", None, "Config file, with an optional :arg.")
+flags.FLAGS["config"].parser = _CONFIG_FILE
+_WORKDIR = flags.DEFINE_string("workdir", None, "Where metrics, TensorBoard events and results go.")
 flags.mark_flags_as_required(["config", "workdir"])
 
-# Mistakes a user can fix (lbtrain.errors) get one line, not a traceback (LBTRAIN_TRACEBACK=1 shows it);
-# every other exception is a bug and keeps its traceback.
-from lbtrain.errors import LbtrainError  # noqa: E402
-from lbtrain.metrics import quiet_library_logs  # noqa: E402
 
-
-def _chain(e: BaseException) -> list[BaseException]:
-    """The exception and its causes, outermost first (respecting ``raise ... from None``)."""
-    out = [e]
-    while True:
-        nxt = e.__cause__ if e.__cause__ is not None else (None if e.__suppress_context__ else e.__context__)
-        if nxt is None:
-            return out
-        out.append(nxt)
-        e = nxt
-
-
-def _one_line(e: BaseException) -> str:
-    text = str(e).strip()
-    if len(text) > 1 and text[0] == text[-1] and text[0] in "'\"":
-        text = text[1:-1].replace("\\n", " ").replace("\\'", "'")
-    return " ".join(text.split()) if len(text) < 300 else text.splitlines()[0]
+def _check_override(config: ConfigDict, key: str, flag: str) -> None:
+    """Raise :class:`ConfigError` unless ``key`` (``a.b``; ``a.b[0]`` is checked up to the index),
+    from the command line's ``flag``, names a field of ``config``; the message names the flag and
+    suggests the nearest key or lists them."""
+    node, where = config, []
+    for part in key.split("."):
+        name = part.split("[", 1)[0]
+        if not isinstance(node, ConfigDict):
+            value = f"{'.'.join(where)}={node!r}"
+            raise ConfigError(f"unknown config key in {flag}: {value} has no keys")
+        if name not in node:
+            keys = [str(k) for k in node]
+            close = difflib.get_close_matches(name, keys, 1, 0.75)
+            block = f" of {'.'.join(where)}" if where else ""
+            hint = (
+                f' Did you mean "{close[0]}"?'
+                if close
+                else f"; valid keys{block}: {', '.join(keys)}"
+            )
+            raise ConfigError(f"unknown config key in {flag}: {name!r}{hint}")
+        if name != part:  # an index: ml_collections checks the rest
+            return
+        node = node[name]
+        where.append(name)
 
 
 def _fail(message: str, code: int = 1):
@@ -46,52 +104,56 @@ def _fail(message: str, code: int = 1):
     sys.exit(code)
 
 
-def parse_flags(argv: list[str]) -> list[str]:
-    """absl flag parsing, with a one-line message for a bad config path, arg or override."""
-    for i, a in enumerate(argv):
-        value = a.split("=", 1)[1] if a.startswith("--config=") else (argv[i + 1] if a == "--config" and i + 1 < len(argv) else None)
-        if value is not None and not os.path.isfile(value.split(":", 1)[0]):
-            _fail(f"config file {value.split(':', 1)[0]!r} not found (see configs/ for the available ones)", 2)
+@contextlib.contextmanager
+def _one_line_errors(code: int) -> Iterator[None]:
+    """An :class:`LbtrainError` inside becomes ``lbtrain: error: <message>`` and exit status
+    ``code``; every other exception passes through with its traceback."""
     try:
-        rest = flags.FLAGS(argv)
-        _CONFIG.value.keys()  # loads the file and applies --config.x=y overrides now
-        return rest
-    except (flags.Error, AttributeError, KeyError, TypeError, ValueError, OSError, LbtrainError) as e:
-        # the config file and its overrides are loaded inside absl/ml_collections, which wrap what they raise
+        yield
+    except LbtrainError as e:
         if os.environ.get("LBTRAIN_TRACEBACK"):
             raise
-        chain = _chain(e)
-        cause = chain[-1]
-        if isinstance(cause, (AttributeError, KeyError)):
-            hint = next((_one_line(x) for x in chain if "Did you mean" in str(x)), _one_line(cause))
-            bad = [a.split("=")[0] for a in argv if a.startswith("--config.")]
-            _fail(f"unknown config key in {' '.join(bad) or 'an override'}: {hint}", 2)
-        _fail(_one_line(cause), 2)
+        _fail(" ".join(str(e).split()) or type(e).__name__, code)
 
 
-def main(argv) -> None:
-    if len(argv) > 1:
-        _fail(f"unexpected arguments: {' '.join(argv[1:])}", 2)
+def parse_flags(argv: list[str]) -> list[str]:
+    """absl's flag parsing for ``app.run``, with a bad flag, config file, arg or override key as one
+    line (exit status 2).
+
+    Returns: ``argv[:1]`` (the program; ``main`` takes no other arguments)."""
+    with _one_line_errors(code=2):
+        _CONFIG_FILE.argv = argv[1:]
+        try:
+            rest = flags.FLAGS(argv)
+        except flags.Error as e:  # absl's message names the flag and the value
+            raise FlagError(str(e)) from e
+        if len(rest) > 1:
+            raise FlagError(f"unexpected arguments: {' '.join(rest[1:])}")
+        return rest
+
+
+def main(argv: list[str]) -> None:
+    """Validate the config, set up the host and train (``argv``: the program alone)."""
+    del argv  # parse_flags refused any argument that is not a flag
     from lbtrain import config_lib, hostmem, loop, models, parallel
 
     quiet_library_logs()
 
-    try:
+    with _one_line_errors(code=1):
         config_lib.validate(_CONFIG.value)
         mode = _CONFIG.value.get("host_malloc", hostmem.DEFAULT_MODE)
-        hostmem.configure(mode, models.activation_bytes(_CONFIG.value))  # before JAX's backend starts
+        hostmem.configure(
+            mode, models.activation_bytes(_CONFIG.value)
+        )  # before JAX's backend starts
         parallel.initialize_distributed(_CONFIG.value.get("distributed"))
         loop.train_and_evaluate(_CONFIG.value, _WORKDIR.value)
-    except LbtrainError as e:
-        if os.environ.get("LBTRAIN_TRACEBACK"):
-            raise
-        _fail(_one_line(e) if str(e).strip() else type(e).__name__)
 
 
 HELP_FLAGS = ("-h", "--help", "-help", "--helpshort", "-?")
 
 
 def run() -> None:
+    """The console script: help, or parse the flags and run :func:`main`."""
     from lbtrain import cli_help
 
     args = sys.argv[1:]
@@ -99,7 +161,8 @@ def run() -> None:
         sys.stderr.write(cli_help.help_text())
         sys.exit(2)
     if "--helpfull" in args:  # absl's own --helpfull exits 1
-        sys.stdout.write(f"{cli_help.help_text()}\nevery flag, absl's included:\n{flags.FLAGS.get_help()}\n")
+        text = f"{cli_help.help_text()}\nevery flag, absl's included:\n{flags.FLAGS.get_help()}\n"
+        sys.stdout.write(text)
         sys.exit(0)
     if any(a in HELP_FLAGS for a in args):
         sys.stdout.write(cli_help.help_text())
