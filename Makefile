@@ -1,9 +1,10 @@
-# The two commands of the README, `make demo` and `make test`, and a quicker test subset, `make test-quick`.
+# The two commands of the README, `make demo` and `make test`, a quicker test subset, `make test-quick`, and
+# `make lint`: the layout is the formatter's and the linter's (configured in pyproject.toml), checked in CI.
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: venv demo test test-quick clean
+.PHONY: venv demo test test-quick lint clean
 
 $(BIN)/lbtrain: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -25,6 +26,11 @@ test: venv
 QUICK_TESTS := tests/optim tests/test_config.py tests/test_help.py tests/test_progress.py tests/test_readme.py
 test-quick: venv
 	$(BIN)/python -m pytest -q -m "not slow" $(QUICK_TESTS)
+
+# `$(BIN)/ruff format .` lays a file out; `$(BIN)/ruff check --fix .` sorts its imports.
+lint: venv
+	$(BIN)/ruff format --check .
+	$(BIN)/ruff check .
 
 clean:
 	rm -rf $(VENV) runs
