@@ -3,7 +3,7 @@
     python scripts/reproduce.py --experiment=mnist_lstm --local --jobs=2     # run (resumable) + render
     python scripts/reproduce.py --experiment=gnmt --print-commands             # commands for a cluster/TPU queue
     python scripts/reproduce.py --experiment=gnmt --local --render             # render what has run so far
-    python scripts/reproduce.py --experiment=ptb_small --local --only=b20_base,b1280_legw
+    python scripts/reproduce.py --experiment=ptb_small --local --only=b20_base_s0,b1280_legw_s0
 
 Each run trains in its own workdir (``<runs_dir>/<run name>``, default ``runs/<name>[_local]``). A run with
 ``results.json`` is finished and skipped; a killed run resumes from its last checkpoint when run again. A
@@ -11,6 +11,12 @@ finished run's ``config.json``, ``metrics.jsonl``, ``results.json`` and ``proven
 checkpoints) are copied to ``experiments/results/<name>[_local]/runs/<run>/``, and the tables and plots
 (``<name>[_local].md``, ``.csv``, ``_*.png``) are rendered from those files alone
 (:mod:`experiments.report`): ``--render`` rebuilds them, byte for byte, from what is committed.
+``--results=DIR`` publishes and reads the per-run files under ``DIR`` instead; ``--out=DIR`` writes the
+pages there (created) and still reads the runs from the results.
+
+A plan with a tuned column (:mod:`experiments.tuning`) unfolds as its runs finish: the learning-rate grid at
+each batch size first, two more points where the best one sits on the grid's edge, then the best point's
+other seeds and the longer epoch budgets. ``--print-commands`` prints the runs known so far.
 The protocol every experiment follows: docs/reproduce.md.
 
     python scripts/reproduce.py --experiment=all --local --render                # every local table
