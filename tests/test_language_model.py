@@ -9,7 +9,8 @@ import pytest
 from flax import nnx
 
 from lbtrain import config_lib, loop, setup, tasks
-from lbtrain.data import LanguageModelData, lm_corpus
+from lbtrain import data as data_lib
+from lbtrain.data import LanguageModelData
 from lbtrain.data.lm_corpus import Corpus
 from lbtrain.data.text import unigram_perplexity
 from lbtrain.metrics import read_jsonl
@@ -102,7 +103,7 @@ def test_uniform_model_has_perplexity_equal_to_vocab_size():
 def test_runlocal_beats_the_unigram_model(tmp_path):
     cfg = config_lib.load_config(os.path.join(ROOT, "configs/ptb_lstm.py:runlocal=True"))
     result = loop.train_and_evaluate(cfg, str(tmp_path))
-    corpus = lm_corpus.load(cfg.data, str(tmp_path))  # the vocabulary the run saved
+    corpus = data_lib.make(cfg.data, str(tmp_path)).corpus  # the vocabulary the run saved
     unigram = unigram_perplexity(corpus.train, corpus.valid, len(corpus.vocab))
     valid, test = result["final_by_split"]["valid"], result["final_by_split"]["test"]
     assert valid["perplexity"] < 0.85 * unigram, (valid, unigram)

@@ -14,6 +14,7 @@ from typing import Protocol
 
 import numpy as np
 
+from lbtrain.data.base import Dataset
 from lbtrain.errors import ConfigError, ShardingError
 
 
@@ -31,7 +32,9 @@ class ArraySource:
     def __init__(self, **arrays: np.ndarray):
         lengths = {len(a) for a in arrays.values()}
         if len(lengths) != 1:
-            raise ValueError(f"arrays must have equal length, got { {k: len(a) for k, a in arrays.items()} }")
+            raise ValueError(
+                f"arrays must have equal length, got { {k: len(a) for k, a in arrays.items()} }"
+            )
         self.arrays = arrays
 
     def __len__(self) -> int:
@@ -58,7 +61,9 @@ def steps_per_epoch(num_examples: int, global_batch: int) -> int:
 def process_slice(indices: np.ndarray, process_index: int, process_count: int) -> np.ndarray:
     """This process's contiguous share of a global batch (the batch must split evenly)."""
     if len(indices) % process_count:
-        raise ShardingError(f"global batch {len(indices)} does not split over {process_count} processes: use a multiple of {process_count}")
+        raise ShardingError(
+            f"global batch {len(indices)} does not split over {process_count} processes: use a multiple of {process_count}"
+        )
     per = len(indices) // process_count
     return indices[process_index * per : (process_index + 1) * per]
 
@@ -117,3 +122,18 @@ def eval_batches(
         batch = source[idx[mine]]
         batch["weight"] = weight
         yield batch
+
+
+@dataclass
+class ClassificationData(Dataset):
+    """Examples from two sources, shuffled per epoch for training and read in order for evaluation."""
+
+    train: Source
+    eval: Source
+    eval_splits: tuple[str, ...] = ("eval",)
+
+    def train_batches(self, global_batch, seed, process_index=0, process_count=1):
+        return TrainBatches(self.train, global_batch, seed, process_index, process_count)
+
+    def eval_batches(self, split, batch, process_index=0, process_count=1):
+        return eval_batches(self.eval, batch, process_index, process_count)

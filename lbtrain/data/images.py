@@ -19,9 +19,11 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Iterator
+from functools import partial
 
 import numpy as np
 
+from lbtrain import registry
 from lbtrain.data.base import Dataset
 from lbtrain.data.batching import ArraySource, epoch_order, process_slice, steps_per_epoch
 from lbtrain.data.splits import stratified_split
@@ -60,7 +62,11 @@ def center_crop(image: np.ndarray, size: int, crop_fraction: float = 0.875) -> n
     """Resize the shorter side to ``size / crop_fraction``, then take the central ``size`` x ``size``."""
     h, w = image.shape[:2]
     short = int(round(size / crop_fraction))
-    nh, nw = (short, max(size, int(round(w * short / h)))) if h <= w else (max(size, int(round(h * short / w))), short)
+    nh, nw = (
+        (short, max(size, int(round(w * short / h))))
+        if h <= w
+        else (max(size, int(round(h * short / w))), short)
+    )
     image = _resize(image, nh, nw)
     top, left = (nh - size) // 2, (nw - size) // 2
     return image[top : top + size, left : left + size]
@@ -97,7 +103,10 @@ def digits_train(record: dict, rng: np.random.Generator) -> dict:
     image = np.pad(record["image"], 1)
     dy, dx = rng.integers(0, 3, 2)
     image = image[dy : dy + 8, dx : dx + 8]
-    return {"image": ((image - DIGITS_MEAN) / DIGITS_STD)[..., None].astype(np.float32), "label": record["label"]}
+    return {
+        "image": ((image - DIGITS_MEAN) / DIGITS_STD)[..., None].astype(np.float32),
+        "label": record["label"],
+    }
 
 
 def digits_eval(record: dict, rng: np.random.Generator) -> dict:
@@ -126,11 +135,15 @@ def digits(test_size: int = 300, split_seed: int = 0) -> tuple[ArraySource, Arra
     try:
         from sklearn.datasets import load_digits
     except ImportError as e:
-        raise DataError("the digits images need scikit-learn: pip install 'lbtrain[offline]'") from e
+        raise DataError(
+            "the digits images need scikit-learn: pip install 'lbtrain[offline]'"
+        ) from e
     d = load_digits()
     images, labels = d.images.astype(np.float32), d.target.astype(np.int32)
     train, test = stratified_split(labels, test_size // 10, split_seed)
-    return ArraySource(image=images[train], label=labels[train]), ArraySource(image=images[test], label=labels[test])
+    return ArraySource(image=images[train], label=labels[train]), ArraySource(
+        image=images[test], label=labels[test]
+    )
 
 
 def imagenet_split(split: str, data_dir: str | None):
@@ -157,7 +170,9 @@ class ImageBatches:
 
     def __post_init__(self):
         self.steps_per_epoch = steps_per_epoch(len(self.source), self.global_batch)
-        self.local_batch = len(process_slice(np.arange(self.global_batch), self.process_index, self.process_count))
+        self.local_batch = len(
+            process_slice(np.arange(self.global_batch), self.process_index, self.process_count)
+        )
         self._epoch, self._order = None, None
 
     def example(self, k: int) -> dict:
@@ -184,13 +199,19 @@ class ImageBatches:
     def iterate(self, start_step: int = 0) -> Iterator[dict[str, np.ndarray]]:
         import grain
 
-        it = self.dataset(start_step).to_iter_dataset(grain.ReadOptions(num_threads=0, prefetch_buffer_size=0))
+        it = self.dataset(start_step).to_iter_dataset(
+            grain.ReadOptions(num_threads=0, prefetch_buffer_size=0)
+        )
         if self.workers > 0:
             from absl import flags
 
-            if not flags.FLAGS.is_parsed():  # grain reads its absl flags; outside an absl app use their defaults
+            if (
+                not flags.FLAGS.is_parsed()
+            ):  # grain reads its absl flags; outside an absl app use their defaults
                 flags.FLAGS.mark_as_parsed()
-            it = it.mp_prefetch(grain.MultiprocessingOptions(num_workers=self.workers, per_worker_buffer_size=2))
+            it = it.mp_prefetch(
+                grain.MultiprocessingOptions(num_workers=self.workers, per_worker_buffer_size=2)
+            )
         return iter(it)
 
 
@@ -225,19 +246,42 @@ class ImageData(Dataset):
     def eval_batches(self, split, batch, process_index=0, process_count=1):
         from lbtrain.data.batching import eval_batches
 
-        return eval_batches(PreprocessedSource(self.eval, self.eval_preprocess), batch, process_index, process_count)
+        return eval_batches(
+            PreprocessedSource(self.eval, self.eval_preprocess), batch, process_index, process_count
+        )
 
 
-def load(cfg) -> ImageData:
-    from functools import partial
+def digits_data(test_size: int = 300, split_seed: int = 0):
+    """(train, eval, train preprocessing, eval preprocessing) of sklearn's digits (:func:`digits`)."""
+    train, test = digits(test_size, split_seed)
+    return RecordSource(train), RecordSource(test), digits_train, digits_eval
 
-    workers = int(cfg.get("workers", 0))
-    if cfg.source == "digits":
-        train, test = digits(cfg.get("test_size", 300), cfg.get("split_seed", 0))
-        return ImageData(RecordSource(train), RecordSource(test), digits_train, digits_eval, workers)
-    if cfg.source == "imagenet":
-        size = int(cfg.image_size)
-        train = RecordSource(imagenet_split("train", cfg.get("dir")))
-        valid = RecordSource(imagenet_split("validation", cfg.get("dir")))
-        return ImageData(train, valid, partial(imagenet_train, size=size), partial(imagenet_eval, size=size), workers)
-    raise DataError(f"unknown image source {cfg.source!r}; valid choices: imagenet, digits")
+
+def imagenet_data(dir: str = "", image_size: int = 224):
+    """(train, eval, train preprocessing, eval preprocessing) of TFDS ``imagenet2012`` from the data_dir
+    ``dir`` ("": TFDS's default), cropped to ``image_size``."""
+    size = int(image_size)
+    train = RecordSource(imagenet_split("train", dir))
+    valid = RecordSource(imagenet_split("validation", dir))
+    return train, valid, partial(imagenet_train, size=size), partial(imagenet_eval, size=size)
+
+
+# data.source -> (train, eval, train preprocessing, eval preprocessing); each reads its own data.* keys
+SOURCES = {"digits": digits_data, "imagenet": imagenet_data}
+
+
+def load(
+    *,
+    source: str = "imagenet",
+    workers: int = 0,
+    workdir=None,
+    is_writer: bool = True,
+    **source_args,
+) -> ImageData:
+    """The images of ``source`` (a key of :data:`SOURCES`; ``source_args`` are the keys it reads),
+    decoded by ``workers`` grain processes (0: in this process). Builds no artefact: ``workdir`` and
+    ``is_writer`` are unused."""
+    del workdir, is_writer
+    block = {"source": source, **source_args}
+    parts = registry.make(SOURCES, block, path="data", key="source", also=("workers",))
+    return ImageData(*parts, int(workers))

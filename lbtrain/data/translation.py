@@ -21,7 +21,7 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from lbtrain import rundir
+from lbtrain import registry, rundir
 from lbtrain.data import parallel_text, subword
 from lbtrain.data.base import Dataset
 from lbtrain.data.batching import epoch_order, eval_indices, process_slice, steps_per_epoch
@@ -42,7 +42,9 @@ class Ragged:
     def row(self, i: int) -> np.ndarray:
         return self.flat[self.offsets[i] : self.offsets[i + 1]]
 
-    def padded(self, indices: np.ndarray, length: int, prefix: int | None = None, suffix: int | None = None):
+    def padded(
+        self, indices: np.ndarray, length: int, prefix: int | None = None, suffix: int | None = None
+    ):
         """Rows ``indices`` as a (len(indices), length) array, each optionally with a token before/after."""
         out = np.zeros((len(indices), length), np.int32)
         for r, i in enumerate(indices):
@@ -59,7 +61,9 @@ def bucket(length: int, width: int) -> int:
     return max(width, -(-int(length) // width) * width)
 
 
-def _assemble(src: Ragged, tgt: Ragged, global_idx: np.ndarray, mine: np.ndarray, width: int) -> dict:
+def _assemble(
+    src: Ragged, tgt: Ragged, global_idx: np.ndarray, mine: np.ndarray, width: int
+) -> dict:
     length = bucket(max(src.lengths[global_idx].max(), tgt.lengths[global_idx].max() + 1), width)
     return {
         "src": src.padded(mine, length),
@@ -149,7 +153,9 @@ class TranslationData(Dataset):
         return {"pad_id": subword.PAD}
 
     def summary(self) -> str:
-        ev = ", ".join(f"{k} {len(v.src)} (sources truncated: {v.truncated})" for k, v in self.evals.items())
+        ev = ", ".join(
+            f"{k} {len(v.src)} (sources truncated: {v.truncated})" for k, v in self.evals.items()
+        )
         return (f"translation pairs: train {self.num_train} ({self.dropped} longer than max_len={self.max_len} "
                 f"subwords left out) | {ev} | subword vocab {self.processor.get_piece_size()}")  # fmt: skip
 
@@ -166,18 +172,24 @@ class TranslationData(Dataset):
             out["weight"] = weight
             yield out
 
-    def score(self, split: str, hypotheses: np.ndarray) -> tuple[dict[str, float], list[tuple[str, str, str]]]:
+    def score(
+        self, split: str, hypotheses: np.ndarray
+    ) -> tuple[dict[str, float], list[tuple[str, str, str]]]:
         """BLEU (sacrebleu, on detokenised text against the raw references) of the decoded ids of every
         ``split`` example (rows in eval order), and a few (source, reference, output) samples."""
         import sacrebleu
 
         ev = self.evals[split]
         if len(hypotheses) != len(ev.references):
-            raise ValueError(f"{len(hypotheses)} hypotheses for {len(ev.references)} {split} references")
+            raise ValueError(
+                f"{len(hypotheses)} hypotheses for {len(ev.references)} {split} references"
+            )
         texts = [subword.decode(self.processor, row) for row in hypotheses]
         bleu = sacrebleu.corpus_bleu(texts, [ev.references])
         chrf = sacrebleu.corpus_chrf(texts, [ev.references])
-        first = np.argsort(ev.order)[: self.num_samples]  # the split's first sentences in corpus order
+        first = np.argsort(ev.order)[
+            : self.num_samples
+        ]  # the split's first sentences in corpus order
         samples = [(ev.sources[i], ev.references[i], texts[i]) for i in first]
         return {"bleu": float(bleu.score), "chrf": float(chrf.score)}, samples
 
@@ -186,35 +198,87 @@ def _encode(processor, texts: list[str]) -> list[list[int]]:
     return processor.encode(texts, out_type=int)
 
 
-def load(cfg, workdir: str | None = None, write: bool = True) -> TranslationData:
-    """Read the corpus, train (or reuse) the subword model, encode, filter/truncate by length."""
-    pairs = parallel_text.load_pairs(cfg)
+def _eval_set(processor, pairs, limit: int, max_eval_len: int) -> EvalSet:
+    """One eval split (its first ``limit`` pairs; 0: all), sources truncated at ``max_eval_len``."""
+    s_text, t_text = pairs
+    if limit:
+        s_text, t_text = s_text[:limit], t_text[:limit]
+    s_ids, t_ids = _encode(processor, s_text), _encode(processor, t_text)
+    truncated = sum(len(r) > max_eval_len for r in s_ids)
+    s_ids = [r[:max_eval_len] for r in s_ids]
+    t_ids = [
+        r[: max_eval_len - 1] for r in t_ids
+    ]  # the eval loss' target side (BLEU uses raw text)
+    order = np.argsort([len(r) for r in s_ids], kind="stable")
+    return EvalSet(
+        Ragged([s_ids[i] for i in order]),
+        Ragged([t_ids[i] for i in order]),
+        [s_text[i] for i in order],
+        [t_text[i] for i in order],
+        order,
+        truncated,
+    )
+
+
+def load(
+    *,
+    corpus: str = "numbers",
+    source_lang: str = "en",
+    target_lang: str = "de",
+    vocab_size: int = 8000,
+    max_len: int = 50,
+    max_eval_len: int = 0,
+    max_eval_examples: int = 0,
+    bucket_width: int = 8,
+    sort_window: int = 32,
+    num_samples: int = 3,
+    workdir: str | None = None,
+    is_writer: bool = True,
+    **corpus_args,
+) -> TranslationData:
+    """Read ``corpus`` (a key of :data:`parallel_text.CORPORA`; ``corpus_args`` are the keys it reads),
+    train (or reuse the workdir's) subword model of ``vocab_size`` pieces, encode, and leave out training
+    pairs over ``max_len`` subwords; eval sources are truncated at ``max_eval_len`` (0: 2 x max_len) and
+    the valid split cut to ``max_eval_examples`` (0: all). Only the ``is_writer`` process saves."""
+    also = registry.config_keys(load, ("workdir", "is_writer"))
+    pairs = parallel_text.load_pairs(
+        corpus=corpus, source_lang=source_lang, target_lang=target_lang, also=also, **corpus_args
+    )
     if not pairs["train"][0]:
-        raise DataError(f"corpus {cfg.corpus!r} has an empty training split: check the data source")
+        raise DataError(f"corpus {corpus!r} has an empty training split: check the data source")
     spm_path = rundir.path(workdir) / "spm.model" if workdir else None
     train_src_text, train_tgt_text = pairs["train"]
-    processor = subword.load_or_train(spm_path, train_src_text + train_tgt_text, int(cfg.vocab_size), write,
-                                      source={"corpus": cfg.corpus})  # fmt: skip
-    max_len, max_eval_len = int(cfg.max_len), int(cfg.get("max_eval_len", 0) or 2 * int(cfg.max_len))
+    processor = subword.load_or_train(
+        spm_path,
+        train_src_text + train_tgt_text,
+        int(vocab_size),
+        is_writer,
+        source={"corpus": corpus},
+    )
+    max_len, max_eval_len = int(max_len), int(max_eval_len or 2 * int(max_len))
     src, tgt = _encode(processor, train_src_text), _encode(processor, train_tgt_text)
     keep = [i for i in range(len(src)) if 0 < len(src[i]) <= max_len and len(tgt[i]) <= max_len]
     if not keep:
-        raise DataError(f"no training pair has both sides within max_len={max_len} subwords: raise data.max_len")
-    evals = {}
-    for split in ("valid", "test"):
-        s_text, t_text = pairs[split]
-        limit = int(cfg.get("max_eval_examples", 0) or 0) if split == "valid" else 0
-        if limit:
-            s_text, t_text = s_text[:limit], t_text[:limit]
-        s_ids, t_ids = _encode(processor, s_text), _encode(processor, t_text)
-        truncated = sum(len(r) > max_eval_len for r in s_ids)
-        s_ids = [r[:max_eval_len] for r in s_ids]
-        t_ids = [r[: max_eval_len - 1] for r in t_ids]  # the eval loss' target side (BLEU uses raw text)
-        order = np.argsort([len(r) for r in s_ids], kind="stable")
-        evals[split] = EvalSet(Ragged([s_ids[i] for i in order]), Ragged([t_ids[i] for i in order]),
-                               [s_text[i] for i in order], [t_text[i] for i in order], order, truncated)  # fmt: skip
+        raise DataError(
+            f"no training pair has both sides within max_len={max_len} subwords: raise data.max_len"
+        )
+    evals = {
+        split: _eval_set(
+            processor,
+            pairs[split],
+            int(max_eval_examples or 0) if split == "valid" else 0,
+            max_eval_len,
+        )
+        for split in ("valid", "test")
+    }
     return TranslationData(
-        Ragged([src[i] for i in keep]), Ragged([tgt[i] for i in keep]), evals, processor,
-        bucket_width=int(cfg.get("bucket_width", 8)), sort_window=int(cfg.get("sort_window", 32)),
-        dropped=len(src) - len(keep), max_len=max_len, num_samples=int(cfg.get("num_samples", 3)),
-    )  # fmt: skip
+        Ragged([src[i] for i in keep]),
+        Ragged([tgt[i] for i in keep]),
+        evals,
+        processor,
+        bucket_width=int(bucket_width),
+        sort_window=int(sort_window),
+        dropped=len(src) - len(keep),
+        max_len=max_len,
+        num_samples=int(num_samples),
+    )

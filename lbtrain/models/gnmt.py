@@ -24,6 +24,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from lbtrain.errors import ConfigError
+from lbtrain.models.dtypes import resolve
 from lbtrain.models.heads import softmax_cross_entropy_head
 from lbtrain.models.lstm import LSTM, symmetric_uniform
 
@@ -78,6 +79,7 @@ class GNMT(nnx.Module):
         dtype=None,
         param_dtype=jnp.float32,
     ):
+        dtype, param_dtype = resolve(dtype, "model.dtype"), resolve(param_dtype, "model.param_dtype")
         if num_layers < 2:
             raise ConfigError(f"model.num_layers={num_layers}: GNMT needs num_layers >= 2 (a bidirectional layer and "
                               "one above)")

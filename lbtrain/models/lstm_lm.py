@@ -12,6 +12,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from lbtrain.models.dtypes import resolve
 from lbtrain.models.heads import softmax_cross_entropy_head
 from lbtrain.models.lstm import Carry, LSTMStack, symmetric_uniform
 
@@ -32,6 +33,7 @@ class LSTMLanguageModel(nnx.Module):
         param_dtype=jnp.float32,
         custom_backward: bool = True,
     ):
+        dtype, param_dtype = resolve(dtype, "model.dtype"), resolve(param_dtype, "model.param_dtype")
         shifted = symmetric_uniform(init_scale, param_dtype)
         self.dtype = dtype
         self.tie_embeddings = tie_embeddings

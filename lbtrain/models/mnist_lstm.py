@@ -10,6 +10,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from lbtrain.models.dtypes import resolve
 from lbtrain.models.lstm import LSTM
 
 
@@ -25,6 +26,7 @@ class MnistLSTM(nnx.Module):
         dtype=None,
         param_dtype=jnp.float32,
     ):
+        dtype, param_dtype = resolve(dtype, "model.dtype"), resolve(param_dtype, "model.param_dtype")
         self.row_size = row_size
         self.lstm = LSTM(row_size, hidden_size, rngs=rngs, unroll=unroll, dtype=dtype, param_dtype=param_dtype)
         self.head = nnx.Linear(hidden_size, num_classes, rngs=rngs, dtype=dtype, param_dtype=param_dtype)

@@ -10,7 +10,8 @@ compute exactly what 1 device does. (With ``accum_steps > 1`` each micro-batch i
 statistics, like a smaller global batch.) Running averages live in ``nnx.BatchStat`` variables (the train
 state's ``model_state``). ``zero_init_last_bn`` starts each block's last BN scale at 0, so every residual
 block begins as the identity (Goyal et al. 2017). ``dtype`` is the compute dtype (bfloat16 on
-accelerators); parameters, BN statistics and the logits stay float32.
+accelerators), ``param_dtype`` the parameters' (float32 by default); BN statistics and the logits stay
+float32.
 
 Parameter names decide the LARS / weight-decay masks (:mod:`lbtrain.optim.masks`): convolution and
 dense ``kernel`` leaves have ndim >= 2 and get both; BN ``scale``/``bias`` and the dense ``bias`` have
@@ -25,23 +26,35 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from lbtrain.errors import ConfigError
+from lbtrain.models.dtypes import resolve
+from lbtrain.registry import choose
 
-STAGES = {18: ("basic", (2, 2, 2, 2)), 34: ("basic", (3, 4, 6, 3)), 50: ("bottleneck", (3, 4, 6, 3)),
-          101: ("bottleneck", (3, 4, 23, 3)), 152: ("bottleneck", (3, 8, 36, 3))}  # fmt: skip
+STAGES = {
+    18: ("basic", (2, 2, 2, 2)),
+    34: ("basic", (3, 4, 6, 3)),
+    50: ("bottleneck", (3, 4, 6, 3)),
+    101: ("bottleneck", (3, 4, 23, 3)),
+    152: ("bottleneck", (3, 8, 36, 3)),
+}
+STEMS = {"imagenet": "7x7/2 convolution + 3x3/2 max-pool", "small": "3x3/1 convolution, no pooling"}
 _conv_init = nnx.initializers.variance_scaling(2.0, "fan_out", "normal")  # He init, as in the reference
 
 
-def _bn(features, rngs, dtype, zero_scale=False):
-    return nnx.BatchNorm(features, momentum=0.9, epsilon=1e-5, dtype=dtype, rngs=rngs,
-                         scale_init=nnx.initializers.zeros if zero_scale else nnx.initializers.ones)  # fmt: skip
+def _bn(features, rngs, dtype, param_dtype, zero_scale=False):
+    scale_init = nnx.initializers.zeros if zero_scale else nnx.initializers.ones
+    return nnx.BatchNorm(
+        features, momentum=0.9, epsilon=1e-5, dtype=dtype, param_dtype=param_dtype, rngs=rngs,
+        scale_init=scale_init,
+    )
 
 
 class Block(nnx.Module):
     """A residual block: basic (two 3x3) or bottleneck (1x1, 3x3 with the stride, 1x1 to 4x channels)."""
 
-    def __init__(self, in_ch: int, ch: int, stride: int, kind: str, *, rngs, dtype, zero_init_last_bn: bool):
-        conv = partial(nnx.Conv, use_bias=False, kernel_init=_conv_init, dtype=dtype, rngs=rngs)
+    def __init__(self, in_ch: int, ch: int, stride: int, kind: str, *, rngs, dtype, param_dtype=jnp.float32,
+                 zero_init_last_bn: bool):
+        conv = partial(nnx.Conv, use_bias=False, kernel_init=_conv_init, dtype=dtype,
+                       param_dtype=param_dtype, rngs=rngs)
         self.kind = kind
         out_ch = ch * 4 if kind == "bottleneck" else ch
         if kind == "bottleneck":
@@ -50,12 +63,14 @@ class Block(nnx.Module):
         else:
             self.convs = nnx.List([conv(in_ch, ch, (3, 3), strides=stride), conv(ch, out_ch, (3, 3))])
         n = len(self.convs)
-        self.norms = nnx.List([_bn(c.out_features, rngs, dtype, zero_init_last_bn and i == n - 1)
-                               for i, c in enumerate(self.convs)])  # fmt: skip
+        last = [zero_init_last_bn and i == n - 1 for i in range(n)]
+        self.norms = nnx.List(
+            [_bn(c.out_features, rngs, dtype, param_dtype, z) for c, z in zip(self.convs, last)]
+        )
         self.projection = stride != 1 or in_ch != out_ch
         if self.projection:  # a 1x1 convolution (with the stride) where the shape changes
             self.shortcut = conv(in_ch, out_ch, (1, 1), strides=stride)
-            self.shortcut_norm = _bn(out_ch, rngs, dtype)
+            self.shortcut_norm = _bn(out_ch, rngs, dtype, param_dtype)
 
     def __call__(self, x):
         y = x
@@ -81,27 +96,30 @@ class ResNet(nnx.Module):
         zero_init_last_bn: bool = True,
         label_smoothing: float = 0.0,
         dtype=None,
+        param_dtype=jnp.float32,
     ):
-        if depth not in STAGES:
-            raise ConfigError(f"model.depth: unknown ResNet depth {depth}; valid choices: {', '.join(map(str, STAGES))}")
-        if stem not in ("imagenet", "small"):
-            raise ConfigError(f"model.stem: unknown stem {stem!r}; valid choices: imagenet, small")
-        kind, counts = STAGES[depth]
+        dtype, param_dtype = resolve(dtype, "model.dtype"), resolve(param_dtype, "model.param_dtype")
+        kind, counts = choose(STAGES, depth, "model.depth")
+        choose(STEMS, stem, "model.stem")
         self.stem_kind, self.dtype, self.label_smoothing = stem, dtype, label_smoothing
         k = (7, 7) if stem == "imagenet" else (3, 3)
-        self.stem = nnx.Conv(in_channels, width, k, strides=2 if stem == "imagenet" else 1, use_bias=False,
-                             kernel_init=_conv_init, dtype=dtype, rngs=rngs)  # fmt: skip
-        self.stem_norm = _bn(width, rngs, dtype)
+        self.stem = nnx.Conv(
+            in_channels, width, k, strides=2 if stem == "imagenet" else 1, use_bias=False,
+            kernel_init=_conv_init, dtype=dtype, param_dtype=param_dtype, rngs=rngs,
+        )
+        self.stem_norm = _bn(width, rngs, dtype, param_dtype)
         blocks, in_ch = [], width
         for stage, count in enumerate(counts):
             ch = width * 2**stage
             for i in range(count):
                 stride = 2 if stage > 0 and i == 0 else 1
-                blocks.append(Block(in_ch, ch, stride, kind, rngs=rngs, dtype=dtype,
-                                    zero_init_last_bn=zero_init_last_bn))  # fmt: skip
+                block = Block(in_ch, ch, stride, kind, rngs=rngs, dtype=dtype, param_dtype=param_dtype,
+                              zero_init_last_bn=zero_init_last_bn)
+                blocks.append(block)
                 in_ch = ch * 4 if kind == "bottleneck" else ch
         self.blocks = nnx.List(blocks)
-        self.head = nnx.Linear(in_ch, num_classes, kernel_init=nnx.initializers.normal(0.01), dtype=dtype, rngs=rngs)
+        self.head = nnx.Linear(in_ch, num_classes, kernel_init=nnx.initializers.normal(0.01), dtype=dtype,
+                               param_dtype=param_dtype, rngs=rngs)
 
     def __call__(self, images: jax.Array) -> jax.Array:
         """``images`` (B, H, W, C) float (normalised) -> logits (B, num_classes) float32."""

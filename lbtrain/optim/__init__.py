@@ -11,19 +11,29 @@ Importable on its own (it imports nothing else of lbtrain) and usable inside any
 """
 
 from lbtrain.optim.factory import (
+    FACTS,
     MASK_DEFAULTS,
     OPTIMIZERS,
-    Optimizer,
     OptimPlan,
+    applies_weight_decay,
     base_optimizer,
     current_lr,
     decay_arguments,
+    has_trust_ratio,
+    hyperparameters,
     make,
     make_schedule,
     plan,
     trust_ratios,
 )
-from lbtrain.optim.layerwise import TrustRatioState, add_decayed_weights, lamb, lars, safe_norm, scale_by_trust_ratio
+from lbtrain.optim.layerwise import (
+    TrustRatioState,
+    add_decayed_weights,
+    lamb,
+    lars,
+    safe_norm,
+    scale_by_trust_ratio,
+)
 from lbtrain.optim.masks import (
     ParamMask,
     StaticMask,
@@ -36,7 +46,14 @@ from lbtrain.optim.masks import (
     static_mask,
 )
 from lbtrain.optim.noise_scale import NoiseScaleAverager, noise_scale_terms, tree_sq_norm
-from lbtrain.optim.scaling import LR_RULES, SCHEMES, WARMUP_RULES, scale_lr, scale_warmup_epochs, scheme_rules
+from lbtrain.optim.scaling import (
+    LR_RULES,
+    SCHEMES,
+    WARMUP_RULES,
+    scale_lr,
+    scale_warmup_epochs,
+    scheme_rules,
+)
 from lbtrain.optim.schedules import (
     DECAY_DEFAULTS,
     DECAYS,
@@ -48,9 +65,10 @@ from lbtrain.optim.schedules import (
 )
 
 __all__ = [
-    "DECAYS", "DECAY_DEFAULTS", "LR_RULES", "MASK_DEFAULTS", "OPTIMIZERS", "SCHEMES", "WARMUP_RULES",
-    "NoiseScaleAverager", "OptimPlan", "Optimizer", "ParamMask", "StaticMask", "TrustRatioState", "add_decayed_weights",
-    "base_optimizer", "current_lr", "decay_arguments", "default_mask", "epochs_to_steps", "lamb", "lars",
+    "DECAYS", "DECAY_DEFAULTS", "FACTS", "LR_RULES", "MASK_DEFAULTS", "OPTIMIZERS", "SCHEMES", "WARMUP_RULES",
+    "NoiseScaleAverager", "OptimPlan", "ParamMask", "StaticMask", "TrustRatioState", "add_decayed_weights",
+    "applies_weight_decay", "base_optimizer", "current_lr", "decay_arguments", "default_mask",
+    "epochs_to_steps", "has_trust_ratio", "hyperparameters", "lamb", "lars",
     "legw_schedule", "make", "make_schedule", "map_params_with_path", "masked_paths", "noise_scale_terms", "param_mask",
     "path_str", "plan", "resolve_mask", "safe_norm", "scale_by_trust_ratio", "scale_lr", "scale_warmup_epochs",
     "scaled_schedule", "scheme_rules", "scheme_schedule", "static_mask", "tree_sq_norm", "trust_ratios",

@@ -15,6 +15,7 @@ single place where an optimizer's (or a decay's) name, builder and defaults live
 from __future__ import annotations
 
 import dataclasses
+import inspect
 from collections.abc import Callable
 from typing import Any
 
@@ -23,67 +24,92 @@ import optax
 from lbtrain.optim import layerwise, masks, scaling, schedules
 
 
-@dataclasses.dataclass(frozen=True)
-class Optimizer:
-    """One registry entry: ``build(learning_rate, hp, weight_decay, wd_mask, trust_mask)`` with ``hp`` the
-    block of hyper-parameters (``defaults`` gives its keys and default values). ``decoupled_decay``: the
-    builder applies ``weight_decay`` itself (else it is L2 added to the gradient under the mask)."""
-
-    build: Callable[..., optax.GradientTransformation]
-    defaults: dict[str, Any]
-    decoupled_decay: bool = False
-    trust_ratio: bool = False
+def _sgd(learning_rate):
+    return optax.sgd(learning_rate)
 
 
-def _sgd(lr, hp, wd, wd_mask, trust_mask):
-    return optax.sgd(lr)
+def _momentum(learning_rate, momentum=0.9, nesterov=False):
+    return optax.sgd(learning_rate, momentum=float(momentum), nesterov=bool(nesterov))
 
 
-def _momentum(lr, hp, wd, wd_mask, trust_mask):
-    return optax.sgd(lr, momentum=float(hp.momentum), nesterov=bool(hp.nesterov))
+def _adam(learning_rate, b1=0.9, b2=0.999, eps=1e-8):
+    return optax.adam(learning_rate, b1=float(b1), b2=float(b2), eps=float(eps))
 
 
-def _adam(lr, hp, wd, wd_mask, trust_mask):
-    return optax.adam(lr, b1=float(hp.b1), b2=float(hp.b2), eps=float(hp.eps))
+def _adamw(learning_rate, b1=0.9, b2=0.999, eps=1e-8, *, weight_decay, weight_decay_mask):
+    return optax.adamw(
+        learning_rate, b1=float(b1), b2=float(b2), eps=float(eps), weight_decay=weight_decay,
+        mask=weight_decay_mask,
+    )
 
 
-def _adamw(lr, hp, wd, wd_mask, trust_mask):
-    return optax.adamw(lr, b1=float(hp.b1), b2=float(hp.b2), eps=float(hp.eps), weight_decay=wd, mask=wd_mask)
+def _adagrad(learning_rate, initial_accumulator_value=0.1, eps=1e-7):
+    return optax.adagrad(
+        learning_rate, initial_accumulator_value=float(initial_accumulator_value), eps=float(eps)
+    )
 
 
-def _adagrad(lr, hp, wd, wd_mask, trust_mask):
-    return optax.adagrad(lr, initial_accumulator_value=float(hp.initial_accumulator_value), eps=float(hp.eps))
+def _rmsprop(learning_rate, decay=0.9, eps=1e-8, momentum=0.0):
+    return optax.rmsprop(learning_rate, decay=float(decay), eps=float(eps), momentum=float(momentum) or None)
 
 
-def _rmsprop(lr, hp, wd, wd_mask, trust_mask):
-    return optax.rmsprop(lr, decay=float(hp.decay), eps=float(hp.eps), momentum=float(hp.momentum) or None)
+def _adadelta(learning_rate, rho=0.9, eps=1e-6):
+    return optax.adadelta(learning_rate, rho=float(rho), eps=float(eps))
 
 
-def _adadelta(lr, hp, wd, wd_mask, trust_mask):
-    return optax.adadelta(lr, rho=float(hp.rho), eps=float(hp.eps))
+def _lars(learning_rate, momentum=0.9, nesterov=False, eta=1e-3, eps=0.0, *, weight_decay,
+          weight_decay_mask, trust_ratio_mask):
+    return layerwise.lars(
+        learning_rate, momentum=float(momentum), weight_decay=weight_decay, eta=float(eta),
+        eps=float(eps), nesterov=bool(nesterov), weight_decay_mask=weight_decay_mask,
+        trust_ratio_mask=trust_ratio_mask,
+    )
 
 
-def _lars(lr, hp, wd, wd_mask, trust_mask):
-    return layerwise.lars(lr, momentum=float(hp.momentum), weight_decay=wd, eta=float(hp.eta), eps=float(hp.eps),
-                          nesterov=bool(hp.nesterov), weight_decay_mask=wd_mask, trust_ratio_mask=trust_mask)  # fmt: skip
+def _lamb(learning_rate, b1=0.9, b2=0.999, eps=1e-6, *, weight_decay, weight_decay_mask,
+          trust_ratio_mask):
+    return layerwise.lamb(
+        learning_rate, b1=float(b1), b2=float(b2), eps=float(eps), weight_decay=weight_decay,
+        weight_decay_mask=weight_decay_mask, trust_ratio_mask=trust_ratio_mask,
+    )
 
 
-def _lamb(lr, hp, wd, wd_mask, trust_mask):
-    return layerwise.lamb(lr, b1=float(hp.b1), b2=float(hp.b2), eps=float(hp.eps), weight_decay=wd,
-                          weight_decay_mask=wd_mask, trust_ratio_mask=trust_mask)  # fmt: skip
-
-
-OPTIMIZERS: dict[str, Optimizer] = {
-    "sgd": Optimizer(_sgd, {}),
-    "momentum": Optimizer(_momentum, {"momentum": 0.9, "nesterov": False}),
-    "adam": Optimizer(_adam, {"b1": 0.9, "b2": 0.999, "eps": 1e-8}),
-    "adamw": Optimizer(_adamw, {"b1": 0.9, "b2": 0.999, "eps": 1e-8}, decoupled_decay=True),
-    "adagrad": Optimizer(_adagrad, {"initial_accumulator_value": 0.1, "eps": 1e-7}),
-    "rmsprop": Optimizer(_rmsprop, {"decay": 0.9, "eps": 1e-8, "momentum": 0.0}),
-    "adadelta": Optimizer(_adadelta, {"rho": 0.9, "eps": 1e-6}),
-    "lars": Optimizer(_lars, {"momentum": 0.9, "nesterov": False, "eta": 1e-3, "eps": 0.0}, True, True),
-    "lamb": Optimizer(_lamb, {"b1": 0.9, "b2": 0.999, "eps": 1e-6}, True, True),
+# name -> constructor(learning_rate, **its hyper-parameters, **the facts it names). The keyword
+# parameters with a default are the block ``optim.<name>`` and its defaults; the facts are FACTS: an
+# optimizer that names ``weight_decay`` applies it itself (decoupled, or in its own formula; any other
+# gets L2 added to the gradient under the mask), one that names ``trust_ratio_mask`` has a trust ratio.
+OPTIMIZERS: dict[str, Callable[..., optax.GradientTransformation]] = {
+    "sgd": _sgd,
+    "momentum": _momentum,
+    "adam": _adam,
+    "adamw": _adamw,
+    "adagrad": _adagrad,
+    "rmsprop": _rmsprop,
+    "adadelta": _adadelta,
+    "lars": _lars,
+    "lamb": _lamb,
 }
+FACTS = ("learning_rate", "weight_decay", "weight_decay_mask", "trust_ratio_mask")
+
+
+def _parameters(name: str) -> dict[str, inspect.Parameter]:
+    return dict(inspect.signature(_lookup(OPTIMIZERS, name, "optimizer")).parameters)
+
+
+def hyperparameters(name: str) -> dict[str, Any]:
+    """The hyper-parameters of the optimizer ``name`` and their defaults (its block ``optim.<name>``)."""
+    return {k: p.default for k, p in _parameters(name).items() if k not in FACTS}
+
+
+def applies_weight_decay(name: str) -> bool:
+    """Whether the optimizer ``name`` applies the weight decay itself (else: L2 on the gradient)."""
+    return "weight_decay" in _parameters(name)
+
+
+def has_trust_ratio(name: str) -> bool:
+    """Whether the optimizer ``name`` scales its updates by a layer-wise trust ratio (LARS, LAMB)."""
+    return "trust_ratio_mask" in _parameters(name)
+
 
 # Where the parameter masks act: "which leaves get weight decay" and "which leaves get a trust ratio".
 MASK_DEFAULTS = {"min_ndim": 2, "exclude_from_weight_decay": (), "exclude_from_trust_ratio": ()}
@@ -149,11 +175,20 @@ def base_optimizer(name: str, learning_rate: optax.ScalarOrSchedule, cfg) -> opt
     Weight decay is L2 added to the gradient (coupled, as in the paper's baselines) under the
     weight-decay mask, except ``adamw`` (decoupled) and ``lars``/``lamb`` (their own formulas).
     """
-    entry = _lookup(OPTIMIZERS, name, "optimizer")
+    build, defaults = _lookup(OPTIMIZERS, name, "optimizer"), hyperparameters(name)
+    block = _get(cfg, name)
+    unknown = [k for k in (block or {}) if k not in defaults] if hasattr(block, "keys") else []
+    if unknown:
+        raise ValueError(f"{name}.{unknown[0]} is not a hyper-parameter of {name!r}; valid: "
+                         f"{', '.join(defaults) or 'none'}")
+    hp = _Block(block, defaults)
     wd = float(_get(cfg, "weight_decay", 0.0) or 0.0)
     wd_mask, trust_mask = _masks(cfg)
-    opt = entry.build(learning_rate, _Block(_get(cfg, name), entry.defaults), wd, wd_mask, trust_mask)
-    if wd and not entry.decoupled_decay:
+    facts = dict(learning_rate=learning_rate, weight_decay=wd, weight_decay_mask=wd_mask,
+                 trust_ratio_mask=trust_mask)
+    params = _parameters(name)
+    opt = build(**{k: getattr(hp, k) for k in defaults}, **{k: v for k, v in facts.items() if k in params})
+    if wd and not applies_weight_decay(name):
         opt = optax.chain(optax.add_decayed_weights(wd, mask=wd_mask), opt)
     return opt
 

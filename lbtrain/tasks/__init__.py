@@ -1,37 +1,47 @@
 """What "trained" means per application: loss as (sum, count, carry), eval metrics and the evaluation.
 
-See :mod:`lbtrain.tasks.base` for the interface. ``TASKS`` maps a config's ``task`` name to its builder.
+See :mod:`lbtrain.tasks.base` for the interface. ``TASKS`` maps a config's ``task`` name to a
+constructor whose keyword parameters are the top-level config keys it reads (``loss_reduction``, the
+block ``decode``); :func:`make` passes exactly those, so a task-owned key set for a task that does
+not read it is refused.
 """
 
-from lbtrain.errors import ConfigError
+from lbtrain import registry
 from lbtrain.tasks.base import MetricEvaluator, SplitResult, Task
 from lbtrain.tasks.classification import ClassificationTask
 from lbtrain.tasks.language_model import LanguageModelTask
 from lbtrain.tasks.translation import DecodingEvaluator, TranslationTask
 
-
-def _translation(config):
-    d = config.decode
-    return TranslationTask(beam_size=d.beam_size, alpha=d.alpha, max_len=d.max_len, reduction=config.loss_reduction)
-
-
-# name -> builder(whole config): a task reads the config keys it owns (language_model: loss_reduction;
-# translation: loss_reduction, decode)
+# name -> constructor(**the top-level config keys it reads)
 TASKS = {
-    "classification": lambda config: ClassificationTask(),
-    "language_model": lambda config: LanguageModelTask(reduction=config.loss_reduction),
-    "translation": _translation,
+    "classification": ClassificationTask,
+    "language_model": LanguageModelTask,
+    "translation": TranslationTask,
 }
-# the tasks that read config.loss_reduction ("token" | "sequence"); any other task refuses the key
-REDUCING_TASKS = ("language_model", "translation")
 
 
-def make(config):
-    """The task ``config.task``, built from the config."""
-    if config.task not in TASKS:
-        raise ConfigError(f"unknown task {config.task!r}; valid choices: {', '.join(TASKS)}")
-    return TASKS[config.task](config)
+def task_keys() -> list[str]:
+    """The top-level config keys some task reads: a config sets only those its own task reads."""
+    return sorted(
+        {key for constructor in TASKS.values() for key in registry.config_keys(constructor)}
+    )
 
 
-__all__ = ["REDUCING_TASKS", "TASKS", "ClassificationTask", "DecodingEvaluator", "LanguageModelTask", "MetricEvaluator",
-           "SplitResult", "Task", "TranslationTask", "make"]  # fmt: skip
+def make(config) -> Task:
+    """The task ``config.task``, built from the task-owned top-level keys of ``config``."""
+    block = {"task": config.task, **{k: config[k] for k in task_keys() if k in config}}
+    return registry.make(TASKS, block, key="task")
+
+
+__all__ = [
+    "TASKS",
+    "ClassificationTask",
+    "DecodingEvaluator",
+    "LanguageModelTask",
+    "MetricEvaluator",
+    "SplitResult",
+    "Task",
+    "TranslationTask",
+    "make",
+    "task_keys",
+]

@@ -20,17 +20,17 @@ import math
 import jax
 import jax.numpy as jnp
 
-from lbtrain.errors import ConfigError
+from lbtrain.registry import choose
 from lbtrain.tasks.base import Task
 
-REDUCTIONS = ("token", "sequence")
+REDUCTIONS = {"token": "token", "sequence": "sequence"}
 
 
 class LanguageModelTask(Task):
-    def __init__(self, reduction: str = "token"):
-        if reduction not in REDUCTIONS:
-            raise ConfigError(f"unknown loss_reduction {reduction!r}; valid choices: {', '.join(REDUCTIONS)}")
-        self.reduction = reduction
+    """Reads the config key ``loss_reduction`` (``token`` | ``sequence``, see the module docstring)."""
+
+    def __init__(self, loss_reduction: str = "token"):
+        self.reduction = choose(REDUCTIONS, loss_reduction, "loss_reduction")
 
     def init_carry(self, model, batch_size: int):
         return model.initial_state(batch_size)

@@ -14,6 +14,8 @@ sentences (``"sequence"``); the eval loss and perplexity are per token either wa
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -22,18 +24,25 @@ from flax import nnx
 
 from lbtrain import parallel
 from lbtrain.data.subword import BOS, EOS, PAD
-from lbtrain.errors import ConfigError
 from lbtrain.models.decoding import translate
+from lbtrain.registry import call, choose
 from lbtrain.tasks.base import MetricEvaluator, SplitResult, Task
 from lbtrain.tasks.language_model import REDUCTIONS, LanguageModelTask
 
 
+def decode_settings(beam_size: int = 1, alpha: float = 0.0, max_len: int = 100) -> dict:
+    """The config block ``decode``: beam width (1 = greedy), GNMT length penalty ``alpha`` and the
+    output length limit."""
+    return dict(beam_size=int(beam_size), alpha=float(alpha), max_len=int(max_len))
+
+
 class TranslationTask(Task):
-    def __init__(self, beam_size: int = 1, alpha: float = 0.0, max_len: int = 100, reduction: str = "token"):
-        if reduction not in REDUCTIONS:
-            raise ConfigError(f"unknown loss_reduction {reduction!r}; valid choices: {', '.join(REDUCTIONS)}")
-        self.decode = dict(beam_size=int(beam_size), alpha=float(alpha), max_len=int(max_len))
-        self.reduction = reduction
+    """Reads the config keys ``loss_reduction`` (``token`` | ``sequence``) and the block ``decode``
+    (:func:`decode_settings`)."""
+
+    def __init__(self, loss_reduction: str = "token", decode: Mapping[str, Any] | None = None):
+        self.reduction = choose(REDUCTIONS, loss_reduction, "loss_reduction")
+        self.decode = call(decode_settings, decode or {}, path="decode", what="task='translation'")
 
     def loss(self, model, batch, carry):
         """(sum of per-token cross-entropy, count, carry); the count is the number of real target tokens

@@ -1,6 +1,5 @@
 """Image data: preprocessing shapes and ranges, TFDS imagenet2012 (mock) through the grain loader, digits."""
 
-import ml_collections
 import numpy as np
 import pytest
 
@@ -44,14 +43,14 @@ def test_imagenet_train_and_eval_preprocessing_normalise_and_flip():
 
 
 def mock_imagenet_cfg(**kw):
-    return ml_collections.ConfigDict(dict(source="imagenet", image_size=32, workers=0, **kw))
+    return dict(source="imagenet", image_size=32, workers=0, **kw)
 
 
 def test_imagenet_from_tfds_mock_through_the_grain_loader():
     import tensorflow_datasets as tfds
 
     with tfds.testing.mock_data(num_examples=48):
-        data = images.load(mock_imagenet_cfg())
+        data = images.load(**mock_imagenet_cfg())
         batches = data.train_batches(16, seed=0)
         assert batches.steps_per_epoch == 3
         b = batches.batch_at(4)
@@ -67,7 +66,7 @@ def test_imagenet_from_tfds_mock_through_the_grain_loader():
 
 
 def test_grain_worker_processes_give_the_same_batches_as_in_process_reads():
-    data = images.load(ml_collections.ConfigDict(dict(source="digits", test_size=300, workers=2)))
+    data = images.load(source="digits", test_size=300, workers=2)
     batches = data.train_batches(64, seed=3)
     it = batches.iterate(21)  # crosses the epoch boundary (23 steps per epoch)
     for step in range(21, 25):
@@ -92,4 +91,4 @@ def test_digits_split_and_ranges():
 
 def test_missing_imagenet_says_where_to_put_the_archives(tmp_path):
     with pytest.raises(DataError, match="ILSVRC2012_img_train.tar and ILSVRC2012_img_val.tar"):
-        images.load(mock_imagenet_cfg(dir=str(tmp_path)))
+        images.load(**mock_imagenet_cfg(dir=str(tmp_path)))

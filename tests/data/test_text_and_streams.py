@@ -1,11 +1,15 @@
 import numpy as np
 import pytest
-from ml_collections import ConfigDict
 
 from lbtrain.data import lm_corpus
 from lbtrain.data.streams import StreamBatches, eval_windows
 from lbtrain.data.text import EOS, UNK, Vocab, tokenize, unigram_perplexity
 from lbtrain.errors import DataError
+
+
+def lm_load(keys: dict, workdir: str | None = None) -> lm_corpus.Corpus:
+    """The id streams of the ``data`` keys ``keys`` (the vocabulary saved in ``workdir``)."""
+    return lm_corpus.load(**keys, workdir=workdir).corpus
 
 
 def test_tokenize_ptb_style():
@@ -27,7 +31,7 @@ def write_ptb(tmp_path, files=("train", "valid", "test")):
 def test_vocab_built_on_train_only_and_saved(tmp_path):
     write_ptb(tmp_path)
     workdir = tmp_path / "run"
-    corpus = lm_corpus.load(ConfigDict({"corpus": "ptb", "dir": str(tmp_path), "vocab_size": 6}), str(workdir))
+    corpus = lm_load({"corpus": "ptb", "dir": str(tmp_path), "vocab_size": 6}, str(workdir))
     # train counts: the 3, cat 2, sat 2, ... -> <eos>, <unk>, then the 4 most frequent (ties alphabetical)
     assert corpus.vocab.words == [EOS, UNK, "the", "cat", "sat", "a"]
     v = corpus.vocab.index
@@ -36,10 +40,10 @@ def test_vocab_built_on_train_only_and_saved(tmp_path):
     assert Vocab.load(str(workdir / "vocab.json")).words == corpus.vocab.words
     # a second load in the same workdir reuses the saved vocabulary (same text, same size) ...
     saved = (workdir / "vocab.json").stat().st_mtime_ns
-    again = lm_corpus.load(ConfigDict({"corpus": "ptb", "dir": str(tmp_path), "vocab_size": 6}), str(workdir))
+    again = lm_load({"corpus": "ptb", "dir": str(tmp_path), "vocab_size": 6}, str(workdir))
     assert again.vocab.words == corpus.vocab.words and (workdir / "vocab.json").stat().st_mtime_ns == saved
     # ... and rebuilds one made for another size or from another text
-    bigger = lm_corpus.load(ConfigDict({"corpus": "ptb", "dir": str(tmp_path), "vocab_size": 50}), str(workdir))
+    bigger = lm_load({"corpus": "ptb", "dir": str(tmp_path), "vocab_size": 50}, str(workdir))
     assert len(bigger.vocab) == 10 and Vocab.load(str(workdir / "vocab.json")).words == bigger.vocab.words
 
 
@@ -51,8 +55,8 @@ def test_stale_vocab_from_another_corpus_is_rebuilt(tmp_path, capsys):
     for split in ("train", "valid", "test"):
         (other / f"ptb.{split}.txt").write_text("zebra yak zebra\n")
     workdir = tmp_path / "run"
-    lm_corpus.load(ConfigDict({"corpus": "ptb", "dir": str(other), "vocab_size": 6}), str(workdir))
-    corpus = lm_corpus.load(ConfigDict({"corpus": "ptb", "dir": str(tmp_path), "vocab_size": 6}), str(workdir))
+    lm_load({"corpus": "ptb", "dir": str(other), "vocab_size": 6}, str(workdir))
+    corpus = lm_load({"corpus": "ptb", "dir": str(tmp_path), "vocab_size": 6}, str(workdir))
     assert corpus.vocab.words == [EOS, UNK, "the", "cat", "sat", "a"]
     assert Vocab.load(str(workdir / "vocab.json")).words == corpus.vocab.words
     assert f"rebuilding {workdir / 'vocab.json'}: it was built from other data (train_tokens_sha256: " in capsys.readouterr().err
@@ -62,7 +66,7 @@ def test_empty_ptb_file_names_it(tmp_path):
     write_ptb(tmp_path)
     (tmp_path / "ptb.train.txt").write_text("\n\n")
     with pytest.raises(DataError) as err:
-        lm_corpus.load(ConfigDict({"corpus": "ptb", "dir": str(tmp_path), "vocab_size": 10}))
+        lm_load({"corpus": "ptb", "dir": str(tmp_path), "vocab_size": 10})
     assert str(err.value) == (f"PTB file {tmp_path / 'ptb.train.txt'} is empty: copy ptb.train.txt again from "
                               f"{lm_corpus.PTB_SOURCE}")  # fmt: skip
 
@@ -72,7 +76,7 @@ def test_binary_ptb_file_names_it(tmp_path, content):
     write_ptb(tmp_path)
     (tmp_path / "ptb.valid.txt").write_bytes(content)
     with pytest.raises(DataError) as err:
-        lm_corpus.load(ConfigDict({"corpus": "ptb", "dir": str(tmp_path), "vocab_size": 10}))
+        lm_load({"corpus": "ptb", "dir": str(tmp_path), "vocab_size": 10})
     assert str(err.value).startswith(f"PTB file {tmp_path / 'ptb.valid.txt'} is ")
     assert "set data.dir to a folder holding the standard PTB distribution" in str(err.value)
 
@@ -84,7 +88,7 @@ def test_ptb_and_vocab_on_gcs(gcs, tmp_path):
     data = epath.Path(gcs.root) / "ptb"
     for f in tmp_path.glob("ptb.*.txt"):
         (data / f.name).write_text(f.read_text())
-    corpus = lm_corpus.load(ConfigDict({"corpus": "ptb", "dir": str(data), "vocab_size": 6}), f"{gcs.root}/run")
+    corpus = lm_load({"corpus": "ptb", "dir": str(data), "vocab_size": 6}, f"{gcs.root}/run")
     assert corpus.vocab.words == [EOS, UNK, "the", "cat", "sat", "a"]
     assert Vocab.from_bytes((epath.Path(gcs.root) / "run" / "vocab.json").read_bytes()).words == corpus.vocab.words
 
@@ -92,11 +96,11 @@ def test_ptb_and_vocab_on_gcs(gcs, tmp_path):
 def test_missing_ptb_file_names_it(tmp_path):
     write_ptb(tmp_path, files=("train", "test"))
     with pytest.raises(DataError, match=r"PTB file ptb.valid.txt not found in .*simple-examples.tgz"):
-        lm_corpus.load(ConfigDict({"corpus": "ptb", "dir": str(tmp_path), "vocab_size": 10}))
+        lm_load({"corpus": "ptb", "dir": str(tmp_path), "vocab_size": 10})
 
 
 def test_kjv_split_by_chapter():
-    corpus = lm_corpus.load(ConfigDict({"corpus": "kjv", "vocab_size": 10_000}))
+    corpus = lm_load({"corpus": "kjv", "vocab_size": 10_000})
     n = len(corpus.train) + len(corpus.valid) + len(corpus.test)
     assert 780_000 < n < 860_000  # ~790k words + one <eos> per verse
     assert 0.03 < len(corpus.valid) / n < 0.08 and 0.03 < len(corpus.test) / n < 0.08

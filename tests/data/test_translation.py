@@ -2,26 +2,29 @@
 
 import os
 
-import ml_collections
 import numpy as np
 import pytest
 
 from lbtrain.data import DataError, parallel_text, subword, translation
 
 
-def cfg(**kw):
-    base = dict(corpus="numbers", num_train=600, num_eval=40, vocab_size=120, max_len=40, split_seed=0,
-                max_digits=3, numbers_per_sentence=3, bucket_width=8, sort_window=4)  # fmt: skip
-    base.update(kw)
-    return ml_collections.ConfigDict(base)
+def numbers_keys(**kw) -> dict:
+    """The ``data`` keys of a small numbers corpus."""
+    return dict(dict(corpus="numbers", num_train=600, num_eval=40, split_seed=0, max_digits=3,
+                     numbers_per_sentence=3), **kw)
+
+
+def cfg(**kw) -> dict:
+    """The ``data`` keys of small translation data over :func:`numbers_keys`."""
+    return dict(numbers_keys(), **dict(dict(vocab_size=120, max_len=40, bucket_width=8, sort_window=4), **kw))
 
 
 def test_numbers_corpus_is_deterministic_disjoint_and_spelt_by_num2words():
     from num2words import num2words
 
-    a, b = parallel_text.load_pairs(cfg()), parallel_text.load_pairs(cfg())
+    a, b = parallel_text.load_pairs(**numbers_keys()), parallel_text.load_pairs(**numbers_keys())
     assert a == b
-    assert parallel_text.load_pairs(cfg(split_seed=1))["train"] != a["train"]
+    assert parallel_text.load_pairs(**numbers_keys(split_seed=1))["train"] != a["train"]
     sizes = {k: len(v[0]) for k, v in a.items()}
     assert sizes == {"train": 600, "valid": 40, "test": 40}
     all_src = [s for split in a.values() for s in split[0]]
@@ -35,7 +38,7 @@ def test_numbers_corpus_is_deterministic_disjoint_and_spelt_by_num2words():
 
 
 def test_subword_model_round_trips_and_is_reused_from_the_workdir(tmp_path):
-    pairs = parallel_text.load_pairs(cfg())
+    pairs = parallel_text.load_pairs(**numbers_keys())
     text = pairs["train"][0] + pairs["train"][1]
     path = str(tmp_path / "spm.model")
     sp = subword.load_or_train(path, text, 120)
@@ -57,7 +60,7 @@ def test_subword_model_round_trips_and_is_reused_from_the_workdir(tmp_path):
 
 
 def test_bucketed_batches_cover_every_pair_once_and_pad_little(tmp_path):
-    data = translation.load(cfg(), str(tmp_path))
+    data = translation.load(**cfg(), workdir=str(tmp_path))
     batches = data.train_batches(32, seed=3)
     steps = batches.steps_per_epoch
     assert steps == 600 // 32
@@ -83,7 +86,7 @@ def test_bucketed_batches_cover_every_pair_once_and_pad_little(tmp_path):
 
 
 def test_processes_get_their_slices_of_the_same_padded_global_batch(tmp_path):
-    data = translation.load(cfg(), str(tmp_path))
+    data = translation.load(**cfg(), workdir=str(tmp_path))
     whole = data.train_batches(32, seed=0).batch_at(5)
     parts = [data.train_batches(32, seed=0, process_index=p, process_count=2).batch_at(5) for p in range(2)]
     for k in whole:
@@ -91,9 +94,9 @@ def test_processes_get_their_slices_of_the_same_padded_global_batch(tmp_path):
 
 
 def test_long_pairs_are_counted_and_eval_sources_truncated(tmp_path):
-    data = translation.load(cfg(max_len=12, max_eval_len=10), str(tmp_path))
-    src_len = [len(data.processor.encode(s)) for s in parallel_text.load_pairs(cfg())["train"][0]]
-    tgt_len = [len(data.processor.encode(s)) for s in parallel_text.load_pairs(cfg())["train"][1]]
+    data = translation.load(**cfg(max_len=12, max_eval_len=10), workdir=str(tmp_path))
+    src_len = [len(data.processor.encode(s)) for s in parallel_text.load_pairs(**numbers_keys())["train"][0]]
+    tgt_len = [len(data.processor.encode(s)) for s in parallel_text.load_pairs(**numbers_keys())["train"][1]]
     expected = sum(a > 12 or b > 12 for a, b in zip(src_len, tgt_len))
     assert data.dropped == expected > 0
     assert data.num_train == 600 - expected
@@ -104,7 +107,7 @@ def test_long_pairs_are_counted_and_eval_sources_truncated(tmp_path):
 
 
 def test_eval_batches_cover_the_split_in_sorted_order_and_bleu_of_the_references_is_100(tmp_path):
-    data = translation.load(cfg(), str(tmp_path))
+    data = translation.load(**cfg(), workdir=str(tmp_path))
     ev = data.evals["valid"]
     batches = list(data.eval_batches("valid", 16))
     assert len(batches) == 3 and batches[-1]["weight"].sum() == 40 - 32
@@ -116,32 +119,32 @@ def test_eval_batches_cover_the_split_in_sorted_order_and_bleu_of_the_references
     assert perfect["bleu"] == pytest.approx(100.0)
     shuffled, _ = data.score("valid", rows[::-1])
     assert shuffled["bleu"] < 50
-    raw = parallel_text.load_pairs(cfg())["valid"]
+    raw = parallel_text.load_pairs(**numbers_keys())["valid"]
     assert samples[0] == (raw[0][0], raw[1][0], raw[1][0])  # samples are the split's first sentences
     with pytest.raises(ValueError, match="hypotheses"):
         data.score("valid", rows[:5])
 
 
 def test_bible_corpus_uses_public_domain_versions_and_a_chapter_split():
-    pairs = parallel_text.load_pairs(cfg(corpus="bible", source_lang="en", target_lang="de"))
+    pairs = parallel_text.load_pairs(corpus="bible", source_lang="en", target_lang="de")
     n = {k: len(v[0]) for k, v in pairs.items()}
     assert sum(n.values()) == 31_102  # every verse has text in both versions
     assert 0.03 < n["test"] / sum(n.values()) < 0.07 and 0.03 < n["valid"] / sum(n.values()) < 0.07
     assert pairs["test"][0][0] == "In the beginning God created the heaven and the earth."  # Genesis 1 = chapter 0
     assert pairs["test"][1][0] == "Im Anfang schuf Gott die Himmel und die Erde."  # Elberfelder 1905
     with pytest.raises(DataError, match="no language 'xx'"):
-        parallel_text.load_pairs(cfg(corpus="bible", source_lang="xx"))
+        parallel_text.load_pairs(corpus="bible", source_lang="xx")
 
 
 def test_wmt16_reads_tfds_through_data_source_with_mock_data():
     import tensorflow_datasets as tfds
 
     with tfds.testing.mock_data(num_examples=12):
-        pairs = parallel_text.load_pairs(cfg(corpus="wmt16", max_train_pairs=10))
+        pairs = parallel_text.load_pairs(corpus="wmt16", max_train_pairs=10)
     assert len(pairs["train"][0]) == 10 and len(pairs["valid"][0]) == 12 and len(pairs["test"][1]) == 12
     assert all(isinstance(s, str) and s for s in pairs["train"][0] + pairs["train"][1])
 
 
 def test_missing_wmt16_names_the_build_command(tmp_path):
     with pytest.raises(DataError, match="tfds build wmt16_translate/de-en"):
-        parallel_text.load_pairs(cfg(corpus="wmt16", dir=str(tmp_path)))
+        parallel_text.load_pairs(corpus="wmt16", dir=str(tmp_path))

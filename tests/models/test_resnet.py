@@ -108,5 +108,5 @@ def test_batchnorm_uses_batch_statistics_in_training_and_running_averages_in_eva
 
 @pytest.mark.parametrize("depth", [7])
 def test_unknown_depth_is_a_clear_error(depth):
-    with pytest.raises(ConfigError, match="unknown ResNet depth 7; valid choices: 18, 34, 50"):
+    with pytest.raises(ConfigError, match="unknown model.depth 7; valid choices: 18, 34, 50"):
         ResNet(rngs=nnx.Rngs(0), depth=depth)
