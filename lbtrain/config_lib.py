@@ -215,9 +215,22 @@ RANGES = (
 )  # fmt: skip
 
 
+_last_validated: list[str] = []  # the JSON of the config validate last passed
+
+
 def validate(config) -> None:
     """Fail fast, with a one-line message naming the key, on names that do not exist, numbers out of range
-    and values that would be ignored (before any data is read)."""
+    and values that would be ignored (before any data is read). Runs once per config: the CLI validates
+    before it takes the workdir and ``setup.build`` again for every other caller, so a config equal to
+    the one last passed is not checked again (a changed one is)."""
+    text = config.to_json_best_effort(sort_keys=True)
+    if _last_validated == [text]:
+        return
+    _validate(config)
+    _last_validated[:] = [text]
+
+
+def _validate(config) -> None:
     from lbtrain import data, models, tasks
 
     _choice("optim.name", config.optim.name, tuple(optim.OPTIMIZERS))

@@ -205,3 +205,18 @@ def test_every_command_in_a_config_docstring_names_keys_that_exist(name):
                 for part in key.split("."):
                     assert part in node, f"{name}: {a} names no key of {spec}"
                     node = node[part]
+
+
+def test_validate_checks_a_config_once_and_a_changed_one_again(monkeypatch):
+    """The CLI validates before it takes the workdir and setup.build validates for every other caller:
+    the second call on the same config does no work, a changed config is checked again."""
+    calls = []
+    monkeypatch.setattr(config_lib, "_validate", calls.append)
+    monkeypatch.setattr(config_lib, "_last_validated", [])
+    cfg = mnist()
+    config_lib.validate(cfg)
+    config_lib.validate(cfg)
+    assert calls == [cfg]
+    cfg.num_epochs = 3.0
+    config_lib.validate(cfg)
+    assert len(calls) == 2
