@@ -154,7 +154,7 @@ class _Session:
         rundir.write_json(config_path, self.config.to_dict(), is_writer=self.writer_enabled)
         if self.writer_enabled:
             print(self.plan.describe(), flush=True)
-            if hasattr(self.run.data, "summary"):
+            if self.run.data.summary() is not None:
                 print(self.run.data.summary(), flush=True)
             if self.resume_step is not None:
                 print(f"resuming from the checkpoint at step {self.resume_step} in {self.checkpoints.directory}",

@@ -43,8 +43,9 @@ def _parameters(constructor: Callable) -> list[inspect.Parameter]:
     target = inspect.unwrap(constructor)
     if not isinstance(target, type):
         return list(inspect.signature(constructor).parameters.values())
-    if target.__init__ is object.__init__:
-        return []
+    init = target.__init__
+    if init is object.__init__ or init.__name__ == "_no_init_or_replace_init":
+        return []  # no __init__ of its own (typing.Protocol gives a subclass without one a stand-in)
     return list(inspect.signature(target.__init__).parameters.values())[1:]
 
 

@@ -16,6 +16,7 @@ import optax
 from flax import nnx
 
 from lbtrain import optim, parallel
+from lbtrain.tasks.base import CountsTokens
 
 
 @flax.struct.dataclass
@@ -180,7 +181,7 @@ def make_train_step(graphdef, tx: optax.GradientTransformation, task, nan_policy
             "skipped_updates": skipped,
             "loss_count": count,  # what the loss averages over in this update (examples, sequences or tokens)
         }
-        tokens = task.token_count(batch) if hasattr(task, "token_count") else None
+        tokens = task.token_count(batch) if isinstance(task, CountsTokens) else None
         if tokens is not None:  # the loss is per sequence: also log it per token (log perplexity)
             metrics["loss_per_token"] = loss_sum / tokens
         if noise_scale and small_sq is not None:

@@ -14,7 +14,7 @@ from typing import Protocol
 
 import numpy as np
 
-from lbtrain.data.base import Dataset
+from lbtrain.data.base import Batches, Dataset
 from lbtrain.errors import ConfigError, ShardingError
 
 
@@ -68,9 +68,25 @@ def process_slice(indices: np.ndarray, process_index: int, process_count: int) -
     return indices[process_index * per : (process_index + 1) * per]
 
 
+class EpochBatches(Batches):
+    """Batches of ``global_batch`` rows drawn from ``num_rows`` rows each epoch, the remainder
+    dropped: the one place ``steps_per_epoch`` is derived (dataclass subclasses call
+    ``super().__post_init__()``)."""
+
+    global_batch: int
+
+    @property
+    def num_rows(self) -> int:
+        """The training rows one epoch draws from."""
+        return len(self.source)
+
+    def __post_init__(self):
+        self.steps_per_epoch = steps_per_epoch(self.num_rows, self.global_batch)
+
+
 @dataclass
-class TrainBatches:
-    """Iterates this process's share of the global training batches from ``start_step`` on."""
+class TrainBatches(EpochBatches):
+    """This process's share of the global training batches (shuffled per epoch), at any step."""
 
     source: Source
     global_batch: int
@@ -79,7 +95,7 @@ class TrainBatches:
     process_count: int = 1
 
     def __post_init__(self):
-        self.steps_per_epoch = steps_per_epoch(len(self.source), self.global_batch)
+        super().__post_init__()
         self._order_epoch, self._order = None, None
 
     def local_indices(self, step: int) -> np.ndarray:
@@ -92,12 +108,6 @@ class TrainBatches:
 
     def batch_at(self, step: int) -> dict[str, np.ndarray]:
         return self.source[self.local_indices(step)]
-
-    def iterate(self, start_step: int = 0) -> Iterator[dict[str, np.ndarray]]:
-        step = start_step
-        while True:
-            yield self.batch_at(step)
-            step += 1
 
 
 def eval_indices(

@@ -25,7 +25,7 @@ import numpy as np
 
 from lbtrain import registry
 from lbtrain.data.base import Dataset
-from lbtrain.data.batching import ArraySource, epoch_order, process_slice, steps_per_epoch
+from lbtrain.data.batching import ArraySource, EpochBatches, epoch_order, process_slice
 from lbtrain.data.splits import stratified_split
 from lbtrain.errors import DataError
 
@@ -157,7 +157,7 @@ def imagenet_split(split: str, data_dir: str | None):
 
 # --- batching ------------------------------------------------------------------------------------
 @dataclasses.dataclass
-class ImageBatches:
+class ImageBatches(EpochBatches):
     """This process's share of the global training batches, decoded and augmented by grain workers."""
 
     source: RecordSource
@@ -169,7 +169,7 @@ class ImageBatches:
     workers: int = 0  # grain worker processes (0: decode in this process)
 
     def __post_init__(self):
-        self.steps_per_epoch = steps_per_epoch(len(self.source), self.global_batch)
+        super().__post_init__()
         self.local_batch = len(
             process_slice(np.arange(self.global_batch), self.process_index, self.process_count)
         )

@@ -15,6 +15,7 @@ from collections.abc import Iterator
 
 import numpy as np
 
+from lbtrain.data.base import Batches
 from lbtrain.data.batching import process_slice
 from lbtrain.errors import ConfigError
 
@@ -30,7 +31,7 @@ class StreamLayout:
         self.targets = ids[1 : batch * length + 1].reshape(batch, length)[rows]
 
 
-class StreamBatches(StreamLayout):
+class StreamBatches(StreamLayout, Batches):
     """Training windows (full windows only; the tail shorter than ``window`` is dropped)."""
 
     def __init__(self, ids, batch, window, process_index=0, process_count=1):
@@ -44,12 +45,6 @@ class StreamBatches(StreamLayout):
         cols = slice(w * self.window, (w + 1) * self.window)
         reset = np.full((len(self.inputs),), 1.0 if w == 0 else 0.0, np.float32)
         return {"inputs": self.inputs[:, cols], "targets": self.targets[:, cols], "reset": reset}
-
-    def iterate(self, start_step: int = 0) -> Iterator[dict[str, np.ndarray]]:
-        step = start_step
-        while True:
-            yield self.batch_at(step)
-            step += 1
 
 
 def eval_windows(ids, batch, window, process_index=0, process_count=1) -> Iterator[dict[str, np.ndarray]]:

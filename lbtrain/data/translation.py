@@ -17,14 +17,13 @@ truncated and counted, and BLEU is always computed against the full raw referenc
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator
 
 import numpy as np
 
 from lbtrain import registry, rundir
 from lbtrain.data import parallel_text, subword
 from lbtrain.data.base import Dataset
-from lbtrain.data.batching import epoch_order, eval_indices, process_slice, steps_per_epoch
+from lbtrain.data.batching import EpochBatches, epoch_order, eval_indices, process_slice
 from lbtrain.errors import DataError
 
 
@@ -73,7 +72,7 @@ def _assemble(
 
 
 @dataclasses.dataclass
-class BucketedBatches:
+class BucketedBatches(EpochBatches):
     """This process's share of the length-bucketed global training batches, from any step on."""
 
     src: Ragged
@@ -85,8 +84,12 @@ class BucketedBatches:
     bucket_width: int = 8
     sort_window: int = 32
 
+    @property
+    def num_rows(self) -> int:
+        return len(self.src)
+
     def __post_init__(self):
-        self.steps_per_epoch = steps_per_epoch(len(self.src), self.global_batch)
+        super().__post_init__()
         self._epoch, self._batches = None, None
 
     def epoch_batches(self, epoch: int) -> np.ndarray:
@@ -109,12 +112,6 @@ class BucketedBatches:
         idx = self.epoch_batches(epoch)[in_epoch]
         mine = process_slice(idx, self.process_index, self.process_count)
         return _assemble(self.src, self.tgt, idx, mine, self.bucket_width)
-
-    def iterate(self, start_step: int = 0) -> Iterator[dict[str, np.ndarray]]:
-        step = start_step
-        while True:
-            yield self.batch_at(step)
-            step += 1
 
 
 @dataclasses.dataclass

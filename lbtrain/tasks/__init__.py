@@ -36,6 +36,7 @@ def make(config) -> Task:
 __all__ = [
     "TASKS",
     "ClassificationTask",
+    "CountsTokens",
     "DecodingEvaluator",
     "LanguageModelTask",
     "MetricEvaluator",

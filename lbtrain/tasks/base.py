@@ -1,17 +1,19 @@
 """What every task shares: evaluation as the sum of per-batch metric sums over each eval split.
 
-A task has ``init_carry(model, batch_size)`` (state carried between batches, or None),
-``loss(model, batch, carry) -> (sum, count, carry)`` (the step trains on sum / count over the global batch),
-optionally ``token_count(batch)`` (the real tokens, when the loss counts sequences: the step then also logs
-``loss_per_token``; None otherwise), ``eval_metrics(model, batch, carry) ->
+The interface is :class:`Task`, a :class:`typing.Protocol` with defaults: ``init_carry(model,
+batch_size)`` (state carried between batches, or None), ``loss(model, batch, carry) -> (sum, count,
+carry)`` (the step trains on sum / count over the global batch), ``eval_metrics(model, batch, carry) ->
 (sums, carry)``, ``summarize(sums) -> metrics`` and ``evaluator(...)``, which builds the jitted function
 the loop calls at each evaluation. The loop only asks an evaluator for metrics; what "evaluate" means
-(accuracy, perplexity over the carried-state stream, decoding + BLEU) is the task's.
+(accuracy, perplexity over the carried-state stream, decoding + BLEU) is the task's. A task whose loss
+may count sequences is a :class:`CountsTokens`: its ``token_count(batch)`` gives the real tokens, so the
+step also logs ``loss_per_token``; every other task keeps :meth:`Task.token_count`'s None.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from typing import Any, Protocol, runtime_checkable
 
 import jax
 import jax.numpy as jnp
@@ -60,11 +62,40 @@ class MetricEvaluator:
         return {split: SplitResult(self.split_metrics(params, model_state, split)) for split in self.data.eval_splits}
 
 
-class Task:
-    """Defaults: no carried state, evaluation by :class:`MetricEvaluator`."""
+class Task(Protocol):
+    """What "trained" means for one application. Defaults: no carried state, no token count,
+    evaluation by :class:`MetricEvaluator`."""
 
-    def init_carry(self, model, batch_size: int):
+    def loss(self, model, batch: dict, carry: Any) -> tuple[jax.Array, jax.Array, Any]:
+        """(sum of the per-item loss, count of real items, the carry for the next batch)."""
+        ...
+
+    def eval_metrics(self, model, batch: dict, carry: Any) -> tuple[dict[str, jax.Array], Any]:
+        """(metric sums over the batch's real items, the carry for the next batch)."""
+        ...
+
+    def summarize(self, sums: dict[str, float]) -> dict[str, float]:
+        """The metrics of a whole split from its summed ``eval_metrics``."""
+        ...
+
+    def init_carry(self, model, batch_size: int) -> Any:
+        """The state carried between batches at the start of an epoch or a split (None: none)."""
+        return None
+
+    def token_count(self, batch: dict) -> jax.Array | None:
+        """The real tokens of ``batch`` when the loss counts sequences; None here (see CountsTokens)."""
         return None
 
     def evaluator(self, graphdef, data, mesh, eval_batch: int, params, model_state):
+        """The evaluation the loop calls: ``(params, model_state) -> {split: SplitResult}``."""
         return MetricEvaluator(self, graphdef, data, mesh, eval_batch, params, model_state)
+
+
+@runtime_checkable
+class CountsTokens(Task, Protocol):
+    """A task whose training loss may count sequences (``loss_reduction="sequence"``): it gives the
+    real tokens of a batch, so the step also logs the loss per token."""
+
+    def token_count(self, batch: dict) -> jax.Array | None:
+        """The real tokens of ``batch`` (None when the loss already counts tokens)."""
+        ...

@@ -21,12 +21,12 @@ import jax
 import jax.numpy as jnp
 
 from lbtrain.registry import choose
-from lbtrain.tasks.base import Task
+from lbtrain.tasks.base import CountsTokens
 
 REDUCTIONS = {"token": "token", "sequence": "sequence"}
 
 
-class LanguageModelTask(Task):
+class LanguageModelTask(CountsTokens):
     """Reads the config key ``loss_reduction`` (``token`` | ``sequence``, see the module docstring)."""
 
     def __init__(self, loss_reduction: str = "token"):

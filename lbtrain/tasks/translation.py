@@ -26,7 +26,7 @@ from lbtrain import parallel
 from lbtrain.data.subword import BOS, EOS, PAD
 from lbtrain.models.decoding import translate
 from lbtrain.registry import call, choose
-from lbtrain.tasks.base import MetricEvaluator, SplitResult, Task
+from lbtrain.tasks.base import CountsTokens, MetricEvaluator, SplitResult
 from lbtrain.tasks.language_model import REDUCTIONS, LanguageModelTask
 
 
@@ -36,7 +36,7 @@ def decode_settings(beam_size: int = 1, alpha: float = 0.0, max_len: int = 100) 
     return dict(beam_size=int(beam_size), alpha=float(alpha), max_len=int(max_len))
 
 
-class TranslationTask(Task):
+class TranslationTask(CountsTokens):
     """Reads the config keys ``loss_reduction`` (``token`` | ``sequence``) and the block ``decode``
     (:func:`decode_settings`)."""
 
