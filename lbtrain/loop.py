@@ -38,10 +38,10 @@ def _check_resumable(config, workdir: str) -> None:
         )
 
 
-def nan_record(state):
+def nan_record(state) -> step_lib.Health:
     """The state's record of bad updates (first bad step, its kind and leaf; the stall step, the streak and
     the count of skipped updates): what :func:`check_finite` judges."""
-    return state.first_bad, state.stalled_at, state.streak, state.skipped
+    return state.health
 
 
 def check_finite(record, params, nan_policy: str, checkpoints) -> None:
@@ -49,15 +49,15 @@ def check_finite(record, params, nan_policy: str, checkpoints) -> None:
     gradient, update or new parameter) and the first such parameter; with nan_policy=skip, stop once
     ``max_consecutive_skips`` updates in a row were skipped. ``record`` is :func:`nan_record` of a state
     (or a copy of it), ``params`` a tree with the parameters' structure. Nothing bad has been checkpointed."""
-    first_bad, stalled_at, streak, skipped = jax.device_get(record)
-    bad_step, kind, leaf = (int(x) for x in first_bad)
-    stalled_at, streak, skipped = int(stalled_at), int(streak), int(skipped)
+    health = jax.device_get(record)
+    bad_step, kind, leaf = (int(x) for x in health.first_bad)
+    stalled_at, streak, skipped = int(health.stalled_at), int(health.streak), int(health.skipped)
     latest = checkpoints.latest_step()
     last_good = f"the last good checkpoint is {'step ' + str(latest) if latest is not None else 'none'}"
     if nan_policy == "skip" and stalled_at >= 0:
         raise DivergedError(
             f"nan_policy=skip skipped every update from step {stalled_at - streak + 1} to {stalled_at} "
-            f"({skipped} skipped in all); {last_good}: lower optim.base_lr, set optim.clip_norm, or raise "
+            f"({skipped} skipped in all); {last_good}: {step_lib.BAD_UPDATE_ADVICE}, or raise "
             "max_consecutive_skips"
         )
     if bad_step < 0 or nan_policy == "skip":
@@ -66,7 +66,7 @@ def check_finite(record, params, nan_policy: str, checkpoints) -> None:
     what = step_lib.BAD_KINDS[kind]
     where = f"first non-finite {'gradient ' if what == 'loss' else ''}leaf: {path}"
     raise DivergedError(
-        f"non-finite {what} ({where}) at step {bad_step}; {last_good}: lower optim.base_lr, set optim.clip_norm, "
+        f"non-finite {what} ({where}) at step {bad_step}; {last_good}: {step_lib.BAD_UPDATE_ADVICE}, "
         "or --config.nan_policy=skip"
     )
 

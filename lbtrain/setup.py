@@ -149,10 +149,15 @@ def build(config, workdir: str | None = None, *, data=None) -> Run:
     shardings = step.state_shardings(state, mesh)
     state = jax.device_put(state, shardings)
     log_every = max(int(config.log_every_steps), 1)
-    train_step = step.jit_train_step(train_graphdef, tx, task, mesh, state, nan_policy=config.nan_policy,
-                                     accum_steps=accum, noise_scale=noise,
-                                     max_consecutive_skips=config.max_consecutive_skips, log_every=log_every,
-                                     total_steps=oplan.total_steps)  # fmt: skip
+    settings = step.StepSettings(
+        nan_policy=config.nan_policy,
+        accum_steps=accum,
+        noise_scale=noise,
+        max_consecutive_skips=config.max_consecutive_skips,
+        log_every=log_every,
+        total_steps=oplan.total_steps,
+    )
+    train_step = step.jit_train_step(train_graphdef, tx, task, mesh, state, settings)
     evaluate = task.evaluator(eval_graphdef, data, mesh, eval_batch, state.params, state.model_state)
     plan = Plan(
         platform=jax.devices()[0].platform, devices=mesh.size, processes=jax.process_count(),
@@ -164,5 +169,18 @@ def build(config, workdir: str | None = None, *, data=None) -> Run:
         checkpoint_every=max(optim.epochs_to_steps(config.checkpoint_every_epochs, spe), 1),
         num_params=sum(int(np.prod(x.shape)) for x in jax.tree.leaves(params)), optim=oplan,
     )  # fmt: skip
-    return Run(config, mesh, data, batches, task, train_graphdef, eval_graphdef, tx, plan, state, shardings,
-               train_step, evaluate)  # fmt: skip
+    return Run(
+        config=config,
+        mesh=mesh,
+        data=data,
+        batches=batches,
+        task=task,
+        train_graphdef=train_graphdef,
+        eval_graphdef=eval_graphdef,
+        tx=tx,
+        plan=plan,
+        state=state,
+        state_shardings=shardings,
+        train_step=train_step,
+        evaluate=evaluate,
+    )

@@ -65,7 +65,9 @@ def test_train_step_logs_the_noise_scale_of_its_micro_batches(problem):
     params = nnx.to_pure_dict(params)
     tx = optax.inject_hyperparams(optax.sgd)(learning_rate=0.0)  # params stay put: the same G and Sigma each step
     accum, batch = 4, 128
-    step = jax.jit(step_lib.make_train_step(graphdef, tx, QuadraticTask(), accum_steps=accum, noise_scale=True))
+    step = jax.jit(step_lib.make_train_step(
+        graphdef, tx, QuadraticTask(), step_lib.StepSettings(accum_steps=accum, noise_scale=True)
+    ))
     state = step_lib.initial_state(params, {}, tx, None)
     rng = np.random.default_rng(2)
     avg = optim.NoiseScaleAverager()
@@ -75,7 +77,7 @@ def test_train_step_logs_the_noise_scale_of_its_micro_batches(problem):
     assert avg.value == pytest.approx(trace / g_sq, rel=0.1)
     assert avg.trace_sum / avg.count == pytest.approx(trace, rel=0.06)
     # without the flag the step has no noise metrics
-    plain = step_lib.make_train_step(graphdef, tx, QuadraticTask(), accum_steps=accum)
+    plain = step_lib.make_train_step(graphdef, tx, QuadraticTask(), step_lib.StepSettings(accum_steps=accum))
     assert "noise_scale" not in jax.jit(plain)(state, {"x": x[:batch]})[1]
 
 
