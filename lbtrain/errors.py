@@ -20,7 +20,8 @@ class FlagError(LbtrainError):
 
 
 class ConfigError(LbtrainError):
-    """A config key is unknown, out of range, set for a choice that is not selected, or inconsistent."""
+    """A config key is unknown, out of range, set for a choice that is not selected, or
+    inconsistent."""
 
 
 class DataError(LbtrainError):
@@ -32,11 +33,13 @@ class ShardingError(LbtrainError):
 
 
 class ResumeError(LbtrainError):
-    """A workdir's saved run cannot be resumed with this config (or its checkpoints are unusable)."""
+    """A workdir's saved run cannot be resumed with this config (or its checkpoints are
+    unusable)."""
 
 
 class StorageError(LbtrainError):
-    """A run-directory path cannot be written or read (permissions, full disk, missing extra, bucket)."""
+    """A run-directory path cannot be written or read (permissions, full disk, missing extra,
+    bucket)."""
 
 
 class DivergedError(LbtrainError):

@@ -1,15 +1,17 @@
 """Agreement between the processes of a multi-host run.
 
-Rule: a decision that ends in a collective (save, stop, the step to restore) is agreed by every process
-before any acts on it. A process that acts alone (saves while the others train on, or raises while the
-others wait in a collective) leaves the rest blocked for good. The helpers here are collectives
-themselves, so every process must call them at the same point; in a single-process run they return the
-local value without touching a device.
+Rule: a decision that ends in a collective (save, stop, the step to restore) is agreed by every
+process before any acts on it. A process that acts alone (saves while the others train on, or raises
+while the others wait in a collective) leaves the rest blocked for good. The helpers here are
+collectives themselves, so every process must call them at the same point; in a single-process run
+they return the local value without touching a device.
 
 * :func:`gather` / :func:`any_process`: small integers from every process.
-* :func:`from_process_zero`: a short text decided by process 0 (an error line, a token), the same on all.
-* :func:`workdir_lock`: process 0 takes the workdir lock; every process learns the outcome (and raises the
-  same line if it failed), then proves it sees the same workdir (the lock's token), else all refuse it.
+* :func:`from_process_zero`: a short text decided by process 0 (an error line, a token), the same on
+  all.
+* :func:`workdir_lock`: process 0 takes the workdir lock; every process learns the outcome (and
+  raises the same line if it failed), then proves it sees the same workdir (the lock's token), else
+  all refuse it.
 """
 
 from __future__ import annotations
@@ -45,7 +47,8 @@ def any_process(flag: bool) -> bool:
 
 
 def from_process_zero(text: str) -> str:
-    """Process 0's ``text`` on every process (others pass anything; UTF-8, cut at ``TEXT_BYTES``)."""
+    """Process 0's ``text`` on every process (others pass anything; UTF-8, cut at
+    ``TEXT_BYTES``)."""
     if not _multi():
         return text
     from jax.experimental import multihost_utils
@@ -63,19 +66,22 @@ def _error_line(e: LbtrainError) -> str:
 
 def _raise_line(line: str) -> None:
     kind, _, message = line.partition("\n")
-    known = {name: getattr(errors, name) for name in errors.__all__} | {"WorkdirLocked": rundir.WorkdirLocked}
+    known = {name: getattr(errors, name) for name in errors.__all__} | {
+        "WorkdirLocked": rundir.WorkdirLocked
+    }
     error = known.get(kind, LbtrainError)
     raise error(message)
 
 
 @contextlib.contextmanager
 def workdir_lock(workdir: str, heartbeat_s: float = 60.0, stale_after_s: float = 600.0):
-    """Hold the workdir's run lock for the whole job; yields the lock (a stand-in on processes other than 0).
+    """Hold the workdir's run lock for the whole job; yields the lock (a stand-in on processes other
+    than 0).
 
-    Process 0 acquires it; its outcome is agreed: a refusal is raised on every process with process 0's
-    line. Then every process reads the lock file and compares its token with process 0's: a process that
-    cannot see it has another folder under the same name (a local path on each host), and every process
-    refuses the run in one line, before anything is written there."""
+    Process 0 acquires it; its outcome is agreed: a refusal is raised on every process with process
+    0's line. Then every process reads the lock file and compares its token with process 0's: a
+    process that cannot see it has another folder under the same name (a local path on each host),
+    and every process refuses the run in one line, before anything is written there."""
     lock, outcome = None, "ok"
     if jax.process_index() == 0:
         try:
@@ -90,16 +96,19 @@ def workdir_lock(workdir: str, heartbeat_s: float = 60.0, stale_after_s: float =
         if _multi():
             _, token, where = outcome.split("\n", 2)
             try:
-                seen = (rundir.read_json(rundir.path(workdir) / rundir.LOCK_NAME) or {}).get("token")
+                seen = (rundir.read_json(rundir.path(workdir) / rundir.LOCK_NAME) or {}).get(
+                    "token"
+                )
             except LbtrainError:
                 seen = None
             sees = gather(int(seen == token))
             blind = [i for i, ok in enumerate(sees) if not ok]
             if blind:
                 raise StorageError(
-                    f"workdir {where} is not shared by the {len(sees)} processes of this run (process"
-                    f"{'es' if len(blind) > 1 else ''} {', '.join(map(str, blind))} cannot see process 0's "
-                    f"{rundir.LOCK_NAME} there): use a folder every host sees the same, e.g. gs://BUCKET/run"
+                    f"workdir {where} is not shared by the {len(sees)} processes of this run "
+                    f"(process{'es' if len(blind) > 1 else ''} {', '.join(map(str, blind))} cannot "
+                    f"see process 0's {rundir.LOCK_NAME} there): use a folder every host sees the "
+                    "same, e.g. gs://BUCKET/run"
                 )
         yield lock if lock is not None else rundir.lock(workdir, False)
     finally:

@@ -2,17 +2,17 @@
 
 The progress line is :mod:`lbtrain.progress`.
 
-``metrics.jsonl`` holds exactly one row per (step, kind) for the whole run, across any number of kills
-and resumes. Opening the writer for a run that starts at step ``s`` (the restored checkpoint's step, 0
-for a fresh start) rewrites the file without the rows after ``s``: they belong to a process that was
-killed after its last checkpoint, and the resumed run logs those steps again. A row written for a
-(step, kind) that is already there replaces it (the file is then rewritten).
+``metrics.jsonl`` holds exactly one row per (step, kind) for the whole run, across any number of
+kills and resumes. Opening the writer for a run that starts at step ``s`` (the restored checkpoint's
+step, 0 for a fresh start) rewrites the file without the rows after ``s``: they belong to a process
+that was killed after its last checkpoint, and the resumed run logs those steps again. A row written
+for a (step, kind) that is already there replaces it (the file is then rewritten).
 
 GCS objects cannot be appended to, so on ``gs://`` the writer keeps the run's rows in memory and
 *rewrites* the object on :meth:`MetricWriter.flush` (one upload: atomic, a reader never sees half a
 file); rows are a few hundred bytes and a run logs thousands, so a rewrite costs milliseconds; it
-happens every ``flush_every_s`` and whenever the loop asks. A local file is appended to, line by line
-(every row reaches the OS at once, no quadratic rewrites), after the atomic rewrite at open.
+happens every ``flush_every_s`` and whenever the loop asks. A local file is appended to, line by
+line (every row reaches the OS at once, no quadratic rewrites), after the atomic rewrite at open.
 
 The loop must call :meth:`MetricWriter.flush` *before* it saves a checkpoint: then every row up to a
 checkpoint's step is stored before the checkpoint exists, and a resume never loses one.
@@ -20,8 +20,8 @@ checkpoint's step is stored before the checkpoint exists, and a resume never los
 TensorBoard: each process writes its own event file, which starts with a purge marker at step s + 1
 (what tensorboardX's ``purge_step`` writes); TensorBoard then discards the events at steps >= s + 1
 from the earlier files of the run, so no row is lost or shown twice. On ``gs://`` the event file is
-written to a local staging folder and uploaded whole at every flush (tensorboardX's own GCS writer needs
-google-cloud-storage, and uploads again from ``__del__``, after the writer is closed).
+written to a local staging folder and uploaded whole at every flush (tensorboardX's own GCS writer
+needs google-cloud-storage, and uploads again from ``__del__``, after the writer is closed).
 """
 
 from __future__ import annotations
@@ -60,7 +60,8 @@ def _parse_rows(data: bytes, where) -> list[dict]:
 
 
 def read_metrics(workdir, kind: str | None = None) -> list[dict]:
-    """Every row of the run in ``workdir`` (local or ``gs://``), ordered by step; only ``kind`` if given.
+    """Every row of the run in ``workdir`` (local or ``gs://``), ordered by step; only ``kind`` if
+    given.
 
     This is the whole run's history, whichever process wrote each row: what ``results.json`` should
     be built from."""
@@ -74,11 +75,11 @@ def read_metrics(workdir, kind: str | None = None) -> list[dict]:
 
 class MetricWriter:
     """``{"step": s, "kind": k, ...}`` rows in ``<workdir>/metrics.jsonl`` and the same scalars as
-    TensorBoard events under ``<workdir>/tb`` (tags ``<kind>/<name>``). ``enabled=False`` (non-writer
-    processes) makes every call a no-op.
+    TensorBoard events under ``<workdir>/tb`` (tags ``<kind>/<name>``). ``enabled=False``
+    (non-writer processes) makes every call a no-op.
 
-    ``resume_step``: the step the run starts from (the restored checkpoint's; ``None`` = a fresh start
-    at 0): rows after it are dropped (see the module docstring)."""
+    ``resume_step``: the step the run starts from (the restored checkpoint's; ``None`` = a fresh
+    start at 0): rows after it are dropped (see the module docstring)."""
 
     def __init__(
         self,
@@ -110,9 +111,10 @@ class MetricWriter:
         self.flush()
 
     def _open_events(self) -> None:
-        """A synchronous event file (tensorboardX's ``EventsWriter``: ``flush`` is then a real barrier,
-        unlike ``SummaryWriter``'s queue) that starts with TensorBoard's purge marker: a ``SessionLog.START``
-        at step s + 1 hides the events at steps >= s + 1 of the run's earlier files."""
+        """A synchronous event file (tensorboardX's ``EventsWriter``: ``flush`` is then a real
+        barrier, unlike ``SummaryWriter``'s queue) that starts with TensorBoard's purge marker: a
+        ``SessionLog.START`` at step s + 1 hides the events at steps >= s + 1 of the run's earlier
+        files."""
         from tensorboardX.event_file_writer import EventsWriter
         from tensorboardX.proto.event_pb2 import Event, SessionLog
 
@@ -123,8 +125,8 @@ class MetricWriter:
             with rundir.storage_errors(self.tb_dir, "create"):
                 self.tb_dir.mkdir(parents=True, exist_ok=True)
             logdir = os.fspath(self.tb_dir)
-        # TensorBoard reads a run's files in name order: names must sort by start time (the prefix has
-        # whole seconds only, and a killed run is often resumed within the same second)
+        # TensorBoard reads a run's files in name order: names must sort by start time (the prefix
+        # has whole seconds only, and a killed run is often resumed within the same second)
         suffix = f".{time.time_ns():020d}.{os.getpid()}"
         with rundir.storage_errors(logdir, "write TensorBoard events to"):
             self._tb = EventsWriter(os.path.join(logdir, "events"), suffix)
@@ -138,7 +140,8 @@ class MetricWriter:
             self._tb.flush()
 
     def has(self, step: int, kind: str) -> bool:
-        """Whether the run already has a row for (step, kind) (e.g. the final eval of a finished run)."""
+        """Whether the run already has a row for (step, kind) (e.g. the final eval of a finished
+        run)."""
         return self.enabled and (int(step), kind) in self._rows
 
     def write(self, step: int, kind: str, values: dict[str, Any]) -> None:
@@ -168,12 +171,14 @@ class MetricWriter:
                             Event(wall_time=now, step=int(step), summary=scalar(f"{kind}/{k}", v))
                         )
                 if self._staging is None:
-                    self._tb.flush()  # a local event file gets every row at once, like metrics.jsonl
+                    # a local event file gets every row at once, like metrics.jsonl
+                    self._tb.flush()
         if time.monotonic() - self._last_flush >= self.flush_every_s:
             self.flush()
 
     def rows(self, kind: str | None = None) -> list[dict]:
-        """The run's rows so far (from every process of the run, not only this one), ordered by step."""
+        """The run's rows so far (from every process of the run, not only this one), ordered by
+        step."""
         if not self.enabled:
             return []
         rows = sorted(self._rows.values(), key=lambda r: r["step"])

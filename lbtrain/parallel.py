@@ -18,8 +18,8 @@ from jax.sharding import PartitionSpec as P
 
 from lbtrain.errors import ShardingError
 
-
-AUTO_ENV = "LBTRAIN_DISTRIBUTED_AUTO"  # set to 1 by scripts/tpu_launch.sh on every worker of a slice
+# set to 1 by scripts/tpu_launch.sh on every worker of a slice
+AUTO_ENV = "LBTRAIN_DISTRIBUTED_AUTO"
 
 
 def _setting(cfg, key: str, default):
@@ -28,9 +28,10 @@ def _setting(cfg, key: str, default):
 
 def distributed_mode(cfg=None) -> str:
     """How this process joins a multi-process run: ``explicit`` (a coordinator address from
-    ``cfg.coordinator_address`` or ``$LBTRAIN_COORDINATOR``: CPU/gloo tests and hand-made clusters), ``auto``
-    (``cfg.auto`` or ``$LBTRAIN_DISTRIBUTED_AUTO=1``, or a GKE TPU slice's ``TPU_WORKER_HOSTNAMES`` with more
-    than one host: JAX's own cluster detection) or ``single``. An explicit address wins over auto."""
+    ``cfg.coordinator_address`` or ``$LBTRAIN_COORDINATOR``: CPU/gloo tests and hand-made clusters),
+    ``auto`` (``cfg.auto`` or ``$LBTRAIN_DISTRIBUTED_AUTO=1``, or a GKE TPU slice's
+    ``TPU_WORKER_HOSTNAMES`` with more than one host: JAX's own cluster detection) or ``single``. An
+    explicit address wins over auto."""
     if _setting(cfg, "coordinator_address", "") or os.environ.get("LBTRAIN_COORDINATOR", ""):
         return "explicit"
     if _setting(cfg, "auto", False) or os.environ.get(AUTO_ENV, "") not in ("", "0"):
@@ -41,13 +42,15 @@ def distributed_mode(cfg=None) -> str:
 
 
 def initialize_distributed(cfg=None) -> bool:
-    """Start multi-process JAX when asked (see :func:`distributed_mode`); call before any other JAX use.
+    """Start multi-process JAX when asked (see :func:`distributed_mode`); call before any other JAX
+    use.
 
-    ``auto`` calls ``jax.distributed.initialize()`` with no arguments: JAX detects the cluster itself (Cloud
-    TPU VM slices from the metadata server, SLURM, Open MPI, Kubernetes), and starts its preemption service,
-    which turns a SIGTERM on any host into one agreed stop step. ``explicit`` needs ``num_processes`` and
-    ``process_id`` (config, or ``$LBTRAIN_NUM_PROCESSES`` / ``$LBTRAIN_PROCESS_ID``); CPU processes talk over
-    gloo. Returns whether more than one process runs."""
+    ``auto`` calls ``jax.distributed.initialize()`` with no arguments: JAX detects the cluster
+    itself (Cloud TPU VM slices from the metadata server, SLURM, Open MPI, Kubernetes), and starts
+    its preemption service, which turns a SIGTERM on any host into one agreed stop step.
+    ``explicit`` needs ``num_processes`` and ``process_id`` (config, or ``$LBTRAIN_NUM_PROCESSES`` /
+    ``$LBTRAIN_PROCESS_ID``); CPU processes talk over gloo. Returns whether more than one process
+    runs."""
     mode = distributed_mode(cfg)
     if mode == "explicit":
         address = _setting(cfg, "coordinator_address", "") or os.environ["LBTRAIN_COORDINATOR"]
@@ -57,19 +60,22 @@ def initialize_distributed(cfg=None) -> bool:
             index = int(os.environ.get("LBTRAIN_PROCESS_ID", -1))
         if count < 1 or not 0 <= index < count:
             raise ShardingError(
-                f"distributed run at {address} needs num_processes >= 1 and 0 <= process_id < num_processes "
-                f"(got {count}, {index}): set --config.distributed.num_processes and .process_id"
+                f"distributed run at {address} needs num_processes >= 1 and 0 <= process_id < "
+                f"num_processes (got {count}, {index}): set --config.distributed.num_processes and "
+                ".process_id"
             )
         jax.config.update("jax_cpu_collectives_implementation", "gloo")
-        jax.distributed.initialize(coordinator_address=address, num_processes=count, process_id=index)
+        jax.distributed.initialize(
+            coordinator_address=address, num_processes=count, process_id=index
+        )
     elif mode == "auto":
         try:
             jax.distributed.initialize()
         except ValueError as e:  # JAX found no cluster to join: say which switch asked for one
             raise ShardingError(
-                f"distributed.auto (or ${AUTO_ENV}) asks JAX to discover a multi-host cluster and it found none "
-                f"({str(e).splitlines()[0]}): unset it for a single-host run, or give "
-                "--config.distributed.coordinator_address, .num_processes and .process_id"
+                f"distributed.auto (or ${AUTO_ENV}) asks JAX to discover a multi-host cluster and "
+                f"it found none ({str(e).splitlines()[0]}): unset it for a single-host run, or "
+                "give --config.distributed.coordinator_address, .num_processes and .process_id"
             ) from e
     return jax.process_count() > 1
 
@@ -79,12 +85,16 @@ def make_mesh(num_devices: int = 0) -> Mesh:
     devices = jax.devices()
     if num_devices:
         if num_devices > len(devices):
-            raise ShardingError(f"num_devices={num_devices} but only {len(devices)} devices are visible")
+            raise ShardingError(
+                f"num_devices={num_devices} but only {len(devices)} devices are visible"
+            )
         devices = devices[:num_devices]
     return jax.make_mesh((len(devices),), ("data",), axis_types=(AxisType.Auto,), devices=devices)
 
 
 def per_device_batch(global_batch: int, mesh: Mesh, what: str = "batch_size") -> int:
+    """``global_batch`` split over the mesh's devices; raises :class:`ShardingError` naming
+    ``what`` (the config key) and the nearest multiples if it does not divide."""
     n = mesh.size
     if global_batch % n:
         lo, hi = (global_batch // n) * n, (global_batch // n + 1) * n
@@ -96,10 +106,12 @@ def per_device_batch(global_batch: int, mesh: Mesh, what: str = "batch_size") ->
 
 
 def batch_sharding(mesh: Mesh) -> NamedSharding:
+    """Arrays split along their first axis over the mesh's ``'data'`` axis."""
     return NamedSharding(mesh, P("data"))
 
 
 def replicated(mesh: Mesh) -> NamedSharding:
+    """Arrays copied whole onto every device of the mesh."""
     return NamedSharding(mesh, P())
 
 

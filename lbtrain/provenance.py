@@ -11,9 +11,19 @@ from importlib import metadata
 
 from lbtrain import hostmem
 
-PACKAGES = ("jax", "jaxlib", "flax", "optax", "orbax-checkpoint", "numpy", "ml-collections", "tensorflow-datasets")
+PACKAGES = (
+    "jax",
+    "jaxlib",
+    "flax",
+    "optax",
+    "orbax-checkpoint",
+    "numpy",
+    "ml-collections",
+    "tensorflow-datasets",
+)
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-# scripts/tpu_launch.sh copies `git archive` of a commit to the workers (no .git there) and names the commit here
+# scripts/tpu_launch.sh copies `git archive` of a commit to the workers (no .git there) and names
+# the commit here
 SOURCE_COMMIT_ENV = "LBTRAIN_SOURCE_COMMIT"
 
 
@@ -26,10 +36,10 @@ def _git(*args: str) -> str | None:
 
 
 def code() -> dict:
-    """The commit of the lbtrain checkout and whether tracked files differ from it (``None``: not a git
-    checkout, e.g. an installed wheel). Outside a git checkout, ``$LBTRAIN_SOURCE_COMMIT`` names the commit
-    whose ``git archive`` this source is (what the TPU launcher unpacks on each worker): clean by
-    construction, since an archive holds the commit's files only."""
+    """The commit of the lbtrain checkout and whether tracked files differ from it (``None``: not a
+    git checkout, e.g. an installed wheel). Outside a git checkout, ``$LBTRAIN_SOURCE_COMMIT`` names
+    the commit whose ``git archive`` this source is (what the TPU launcher unpacks on each worker):
+    clean by construction, since an archive holds the commit's files only."""
     commit = _git("rev-parse", "HEAD")
     if commit is None and os.environ.get(SOURCE_COMMIT_ENV):
         return {"commit": os.environ[SOURCE_COMMIT_ENV], "dirty": False, "source": "git archive"}
@@ -38,6 +48,7 @@ def code() -> dict:
 
 
 def versions() -> dict:
+    """The Python version and those of ``PACKAGES`` (``None`` for one not installed)."""
     out = {"python": platform.python_version()}
     for name in PACKAGES:
         try:
@@ -48,15 +59,34 @@ def versions() -> dict:
 
 
 def hardware() -> dict:
+    """The devices JAX sees (platform, kind, count), the processes, the host's CPU count and
+    machine, and the host_malloc mode in force."""
     import jax
 
     devices = jax.devices()
-    return {"platform": devices[0].platform, "device_kind": devices[0].device_kind, "devices": len(devices),
-            "processes": jax.process_count(), "cpu_count": os.cpu_count(), "machine": platform.machine(),
-            "host_malloc": hostmem.state()["mode"]}  # fmt: skip
+    return {
+        "platform": devices[0].platform,
+        "device_kind": devices[0].device_kind,
+        "devices": len(devices),
+        "processes": jax.process_count(),
+        "cpu_count": os.cpu_count(),
+        "machine": platform.machine(),
+        "host_malloc": hostmem.state()["mode"],
+    }
 
 
-def record(seed: int, wall_time_s: float, train_time_s: float, argv: list[str] | None = None) -> dict:
-    return {"code": code(), "versions": versions(), "hardware": hardware(), "seed": int(seed),
-            "wall_time_s": wall_time_s, "train_time_s": train_time_s,
-            "command": list(sys.argv if argv is None else argv)}  # fmt: skip
+def record(
+    seed: int, wall_time_s: float, train_time_s: float, argv: list[str] | None = None
+) -> dict:
+    """The provenance a run's results carry: :func:`code`, :func:`versions`,
+    :func:`hardware`, the seed, the wall-clock and training times in seconds, and the command
+    line (``argv``, default ``sys.argv``)."""
+    return {
+        "code": code(),
+        "versions": versions(),
+        "hardware": hardware(),
+        "seed": int(seed),
+        "wall_time_s": wall_time_s,
+        "train_time_s": train_time_s,
+        "command": list(sys.argv if argv is None else argv),
+    }
