@@ -17,7 +17,9 @@ from absl import app, flags
 from lbtrain import config_lib, loop
 from lbtrain.logs import quiet_library_logs
 
-_SCHEMES = flags.DEFINE_list("schemes", ["legw"], "Schemes to run at the large batch (legw, linear, sqrt, none).")
+_SCHEMES = flags.DEFINE_list(
+    "schemes", ["legw"], "Schemes to run at the large batch (legw, linear, sqrt, none)."
+)
 _FACTOR = flags.DEFINE_integer("factor", 16, "Large batch = factor x base batch.")
 _WORKDIR = flags.DEFINE_string("workdir", "runs/demo", "Parent directory of the runs.")
 _CONFIG = flags.DEFINE_string("config", "configs/mnist_lstm.py", "Config file.")
@@ -28,13 +30,20 @@ def _run(arg: str, name: str) -> dict:
     config = config_lib.load_config(f"{_CONFIG.value}:{arg}")
     print(f"\n=== {name}: {_CONFIG.value}:{arg} ===", flush=True)
     result = loop.train_and_evaluate(config, os.path.join(_WORKDIR.value, name))
-    row = {"name": name, "batch": config.batch_size, **result["plan"], **result["final"], "time": result["train_time_s"]}
+    row = {
+        "name": name,
+        "batch": config.batch_size,
+        **result["plan"],
+        **result["final"],
+        "time": result["train_time_s"],
+    }
     if row["batch_size"] == row["base_batch_size"]:
         row["scheme"] = "(base)"  # every scheme is the base recipe at k = 1
     return row
 
 
 def main(argv) -> None:
+    """Train the config at its base batch and at 16x, then print the two runs' table."""
     del argv
     quiet_library_logs()
     extra = f",{_OVERRIDES.value}" if _OVERRIDES.value else ""
@@ -43,11 +52,17 @@ def main(argv) -> None:
     for scheme in _SCHEMES.value:
         big = base * _FACTOR.value
         rows.append(_run(f"batch={big},scheme={scheme}{extra}", f"b{big}_{scheme}"))
-    print("\n| run | batch | scheme | peak lr | warmup epochs (steps) | steps | test accuracy | train time |")
+    print(
+        "\n| run | batch | scheme | peak lr | warmup epochs (steps) | steps | test accuracy | "
+        "train time |"
+    )
     print("|---|---|---|---|---|---|---|---|")
     for r in rows:
-        print(f"| {r['name']} | {r['batch']} | {r['scheme']} | {r['peak_lr']:.4g} | {r['warmup_epochs']:g} "
-              f"({r['warmup_steps']}) | {r['total_steps']} | {100 * r['accuracy']:.2f} % | {r['time']:.0f} s |")  # fmt: skip
+        print(
+            f"| {r['name']} | {r['batch']} | {r['scheme']} | {r['peak_lr']:.4g} | "
+            f"{r['warmup_epochs']:g} ({r['warmup_steps']}) | {r['total_steps']} | "
+            f"{100 * r['accuracy']:.2f} % | {r['time']:.0f} s |"
+        )
     base_acc = rows[0]["accuracy"]
     for r in rows[1:]:
         print(f"{r['name']}: {100 * (r['accuracy'] - base_acc):+.2f} points vs the base batch")

@@ -1,30 +1,32 @@
 #!/usr/bin/env python3
-"""Launch an lbtrain run on a Cloud TPU VM slice, watch it, stop it, fetch its logs, delete the slice.
+"""Launch an lbtrain run on a Cloud TPU VM slice, watch it, stop it, fetch its logs, delete the
+slice.
 
-    scripts/tpu_launch.sh --name lb-v4 --zone us-central2-b --accelerator v4-32 --queued --spot --delete \\
-        -- --config=configs/ptb_lstm.py:size=large,batch=1280,scheme=legw \\
+    scripts/tpu_launch.sh --name lb-v4 --zone us-central2-b --accelerator v4-32 --queued --spot \\
+        --delete -- --config=configs/ptb_lstm.py:size=large,batch=1280,scheme=legw \\
            --config.data.dir=gs://BUCKET/ptb --workdir=gs://BUCKET/runs/ptb_large_1280
 
 What one launch does, in order (--dry-run prints every command instead of running it):
-  1. the slice: --create (gcloud compute tpus tpu-vm create, retried a few times when the zone is out of
-     capacity) or --queued (a queued resource, polled until ACTIVE); a preempted spot VM is deleted and
-     recreated; without either flag the named TPU VM must exist;
-  2. the code: `git archive` of the checkout (one archive per launch, named by its launch id), copied to
-     every worker and unpacked into ~/lbtrain/launches/<launch id>/src there;
+  1. the slice: --create (gcloud compute tpus tpu-vm create, retried a few times when the zone is
+     out of capacity) or --queued (a queued resource, polled until ACTIVE); a preempted spot VM is
+     deleted and recreated; without either flag the named TPU VM must exist;
+  2. the code: `git archive` of the checkout (one archive per launch, named by its launch id),
+     copied to every worker and unpacked into ~/lbtrain/launches/<launch id>/src there;
   3. the install, on every worker: uv (https://astral.sh/uv) with a Python it downloads itself
-     (--python, default 3.12: the TPU images' own Python 3.10 is older than lbtrain needs), a virtual
-     environment per launch, `jax[tpu]` and lbtrain[offline,gcs] in it;
-  4. the run: processes still holding the TPU from an earlier run are ended, then `lbtrain ARGS` starts
-     detached on every worker (it outlives this command and the ssh session), with cwd = the unpacked
-     source, LBTRAIN_DISTRIBUTED_AUTO=1 (JAX finds the slice's hosts itself) and its output in
-     ~/lbtrain/launches/<launch id>/run.log on that worker;
-  5. --follow streams every worker's log here until the run ends; --logs copies them here; --delete waits
-     for the run to end and deletes the slice, and also deletes it when anything fails or the launcher is
-     interrupted (Ctrl-C, SIGTERM, SIGHUP), so a failed launch does not leave a slice billing.
+     (--python, default 3.12: the TPU images' own Python 3.10 is older than lbtrain needs), a
+     virtual environment per launch, `jax[tpu]` and lbtrain[offline,gcs] in it;
+  4. the run: processes still holding the TPU from an earlier run are ended, then `lbtrain ARGS`
+     starts detached on every worker (it outlives this command and the ssh session), with cwd = the
+     unpacked source, LBTRAIN_DISTRIBUTED_AUTO=1 (JAX finds the slice's hosts itself) and its output
+     in ~/lbtrain/launches/<launch id>/run.log on that worker;
+  5. --follow streams every worker's log here until the run ends; --logs copies them here; --delete
+     waits for the run to end and deletes the slice, and also deletes it when anything fails or the
+     launcher is interrupted (Ctrl-C, SIGTERM, SIGHUP), so a failed launch does not leave a slice
+     billing.
 
-Later, on the same slice: --follow, --logs, --status, --stop (SIGTERM: lbtrain checkpoints and exits),
---delete. A second run is refused while one is live (--stop it first). Standard library only, Python >= 3.8:
-it runs on the machine you launch from; the workers get their own Python.
+Later, on the same slice: --follow, --logs, --status, --stop (SIGTERM: lbtrain checkpoints and
+exits), --delete. A second run is refused while one is live (--stop it first). Standard library
+only, Python >= 3.8: it runs on the machine you launch from; the workers get their own Python.
 """
 
 from __future__ import annotations
@@ -60,7 +62,9 @@ IMAGES = {
 QUEUED_STATES = {
     "CREATING": "request received, being validated",
     "ACCEPTED": "accepted into the queue",
-    "WAITING_FOR_RESOURCES": "queued, waiting for capacity (minutes to hours; --wait-timeout bounds the wait)",
+    "WAITING_FOR_RESOURCES": (
+        "queued, waiting for capacity (minutes to hours; --wait-timeout bounds the wait)"
+    ),
     "PROVISIONING": "capacity found, the TPU VMs are being created",
     "ACTIVE": "active: the TPU VMs are ready",
     "FAILED": "failed",
@@ -68,11 +72,19 @@ QUEUED_STATES = {
     "SUSPENDED": "its TPU VMs were deleted (preempted or ended)",
     "DELETING": "being deleted",
 }
-QUEUED_WAITING = ("CREATING", "ACCEPTED", "WAITING_FOR_RESOURCES", "PROVISIONING", "STATE_UNSPECIFIED")
+QUEUED_WAITING = (
+    "CREATING",
+    "ACCEPTED",
+    "WAITING_FOR_RESOURCES",
+    "PROVISIONING",
+    "STATE_UNSPECIFIED",
+)
 QUEUED_DEAD = ("FAILED", "SUSPENDING", "SUSPENDED")
 NODE_DEAD = ("PREEMPTED", "TERMINATED")  # a spot / preemptible VM in these states cannot restart
 NODE_COMING = ("CREATING", "STARTING", "RESTARTING", "REPAIRING")
-CAPACITY = re.compile(r"RESOURCE_EXHAUSTED|no more capacity|insufficient capacity|stockout|\bcode\W+8\b", re.I)
+CAPACITY = re.compile(
+    r"RESOURCE_EXHAUSTED|no more capacity|insufficient capacity|stockout|\bcode\W+8\b", re.I
+)
 NOT_FOUND = re.compile(r"NOT_FOUND|was not found|\b404\b")
 
 # Exit codes of the worker helper that the launcher tells apart.
@@ -86,7 +98,8 @@ class LaunchError(Exception):
     def __init__(self, message: str, code: int = 1, keep: bool = False):
         super().__init__(message)
         self.code = code
-        self.keep = keep  # --delete must not delete the slice (a run that is not ours is live on it)
+        # --delete must not delete the slice (a run that is not ours is live on it)
+        self.keep = keep
 
 
 class Interrupted(BaseException):
@@ -100,6 +113,7 @@ def _raise_interrupted(signum, frame):
 
 
 def signal_name(signum: int) -> str:
+    """The name of signal ``signum`` (``SIGTERM``), or its number if it has none."""
     try:
         return signal.Signals(signum).name
     except ValueError:
@@ -107,6 +121,8 @@ def signal_name(signum: int) -> str:
 
 
 def runtime_image(accelerator: str) -> str:
+    """The TPU VM runtime image for an accelerator type (``v4-32`` -> its family's
+    image); raises :class:`LaunchError` for a family not in ``IMAGES``."""
     family = accelerator.lower().split("-")[0]
     if family not in IMAGES:
         raise LaunchError(
@@ -122,6 +138,8 @@ def new_launch_id() -> str:
 
 
 def parse_args(argv: list) -> argparse.Namespace:
+    """The launcher's options from ``argv``; everything after ``--`` becomes
+    ``lbtrain_args``. Refuses inconsistent flags with a usage error."""
     if "--" in argv:
         i = argv.index("--")
         argv, lbtrain_args = argv[:i], argv[i + 1 :]
@@ -129,78 +147,193 @@ def parse_args(argv: list) -> argparse.Namespace:
         lbtrain_args = []
     p = argparse.ArgumentParser(
         prog="scripts/tpu_launch.sh",
-        description="Run lbtrain on a Cloud TPU VM slice: create it (plain or queued), copy this checkout, install on\n"
-        "every worker with its own Python (uv), start the run detached, follow / fetch logs / stop it, and delete\n"
-        "the slice (also on any failure or interrupt, with --delete). Everything after `--` goes to lbtrain.\n"
-        "Flags take `--flag value` or `--flag=value`. The whole guide: docs/cloud_tpu.md.",
-        epilog="examples:\n"
-        "  scripts/tpu_launch.sh --name lb --zone us-central2-b --accelerator v4-32 --queued --spot --follow \\\n"
-        "      -- --config=configs/mnist_lstm.py:batch=8192,scheme=legw --workdir=gs://BUCKET/runs/mnist_8k\n"
-        "  scripts/tpu_launch.sh --name lb --zone us-central2-b --follow     # watch the run again\n"
-        "  scripts/tpu_launch.sh --name lb --zone us-central2-b --logs       # copy every worker's log here\n"
-        "  scripts/tpu_launch.sh --name lb --zone us-central2-b --stop       # lbtrain checkpoints and exits\n"
-        "  scripts/tpu_launch.sh --name lb --zone us-central2-b --delete     # waits for the run, then deletes\n"
-        "  scripts/tpu_launch.sh --name lb --zone us-central2-b --accelerator v5litepod-16 --create --dry-run -- ...",
+        description=(
+            "Run lbtrain on a Cloud TPU VM slice: create it (plain or queued), copy this checkout,"
+            " install on\n"
+            "every worker with its own Python (uv), start the run detached, follow / fetch logs /"
+            " stop it, and delete\n"
+            "the slice (also on any failure or interrupt, with --delete). Everything after `--`"
+            " goes to lbtrain.\n"
+            "Flags take `--flag value` or `--flag=value`. The whole guide: docs/cloud_tpu.md."
+        ),
+        epilog=(
+            "examples:\n"
+            "  scripts/tpu_launch.sh --name lb --zone us-central2-b --accelerator v4-32 --queued"
+            " --spot --follow \\\n"
+            "      -- --config=configs/mnist_lstm.py:batch=8192,scheme=legw"
+            " --workdir=gs://BUCKET/runs/mnist_8k\n"
+            "  scripts/tpu_launch.sh --name lb --zone us-central2-b --follow     # watch the run"
+            " again\n"
+            "  scripts/tpu_launch.sh --name lb --zone us-central2-b --logs       # copy every"
+            " worker's log here\n"
+            "  scripts/tpu_launch.sh --name lb --zone us-central2-b --stop       # lbtrain"
+            " checkpoints and exits\n"
+            "  scripts/tpu_launch.sh --name lb --zone us-central2-b --delete     # waits for the"
+            " run, then deletes\n"
+            "  scripts/tpu_launch.sh --name lb --zone us-central2-b --accelerator v5litepod-16"
+            " --create --dry-run -- ..."
+        ),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     where = p.add_argument_group("the slice")
     where.add_argument("--name", help="TPU VM name (also the queued resource's name with --queued)")
-    where.add_argument("--zone", help="zone, e.g. us-central2-b (the TPU types a zone offers: gcloud compute tpus "
-                       "tpu-vm accelerator-types list --zone=ZONE)")  # fmt: skip
-    where.add_argument("--project", help="Google Cloud project (default: gcloud's configured project)")
-    where.add_argument("--accelerator", default="v4-8", help="accelerator type, e.g. v4-32, v5litepod-16, v5p-8, "
-                       "v6e-8 (default: %(default)s)")  # fmt: skip
-    where.add_argument("--version", help="TPU runtime image (default: chosen from --accelerator: v2-v4 "
-                       "tpu-ubuntu2204-base, v5e v2-alpha-tpuv5-lite, v5p v2-alpha-tpuv5, v6e v2-alpha-tpuv6e)")  # fmt: skip
+    where.add_argument(
+        "--zone",
+        help="zone, e.g. us-central2-b (the TPU types a zone offers: gcloud compute tpus "
+        "tpu-vm accelerator-types list --zone=ZONE)",
+    )
+    where.add_argument(
+        "--project", help="Google Cloud project (default: gcloud's configured project)"
+    )
+    where.add_argument(
+        "--accelerator",
+        default="v4-8",
+        help="accelerator type, e.g. v4-32, v5litepod-16, v5p-8, v6e-8 (default: %(default)s)",
+    )
+    where.add_argument(
+        "--version",
+        help="TPU runtime image (default: chosen from --accelerator: v2-v4 "
+        "tpu-ubuntu2204-base, v5e v2-alpha-tpuv5-lite, v5p v2-alpha-tpuv5, v6e v2-alpha-tpuv6e)",
+    )
     make = p.add_argument_group("creating it")
-    make.add_argument("--create", action="store_true", help="create the TPU VM (gcloud compute tpus tpu-vm create) "
-                      "unless it exists and is READY; a PREEMPTED one is deleted and recreated")  # fmt: skip
-    make.add_argument("--queued", action="store_true", help="create it through a queued resource (gcloud compute "
-                      "tpus queued-resources create) and wait until ACTIVE: the way the Cloud TPU docs recommend "
-                      "when capacity is short")  # fmt: skip
-    make.add_argument("--spot", action="store_true", help="spot VMs (cheaper; preemptible at any time)")
-    make.add_argument("--best-effort", action="store_true", help="with --queued: the best-effort tier "
-                      "(gcloud alpha)")  # fmt: skip
+    make.add_argument(
+        "--create",
+        action="store_true",
+        help="create the TPU VM (gcloud compute tpus tpu-vm create) "
+        "unless it exists and is READY; a PREEMPTED one is deleted and recreated",
+    )
+    make.add_argument(
+        "--queued",
+        action="store_true",
+        help="create it through a queued resource (gcloud compute "
+        "tpus queued-resources create) and wait until ACTIVE: the way the Cloud TPU docs recommend "
+        "when capacity is short",
+    )
+    make.add_argument(
+        "--spot", action="store_true", help="spot VMs (cheaper; preemptible at any time)"
+    )
+    make.add_argument(
+        "--best-effort",
+        action="store_true",
+        help="with --queued: the best-effort tier (gcloud alpha)",
+    )
     make.add_argument("--reserved", action="store_true", help="use reserved capacity")
-    make.add_argument("--create-arg", action="append", default=[], metavar="ARG",
-                      help="one more flag for the create command, written with `=` since it starts with --: "
-                      "--create-arg=--service-account=SA, --create-arg=--internal-ips (repeatable)")  # fmt: skip
-    make.add_argument("--wait-timeout", type=float, default=7200, metavar="SECONDS",
-                      help="with --queued: give up waiting for ACTIVE after this long (default: %(default)s)")  # fmt: skip
-    make.add_argument("--poll-interval", type=float, default=30, metavar="SECONDS",
-                      help="seconds between state checks while waiting (default: %(default)s)")  # fmt: skip
-    make.add_argument("--create-retries", type=int, default=3, metavar="N",
-                      help="retry a plain --create that fails for capacity N times (default: %(default)s)")  # fmt: skip
-    make.add_argument("--retry-wait", type=float, default=60, metavar="SECONDS",
-                      help="seconds between those retries (default: %(default)s)")  # fmt: skip
+    make.add_argument(
+        "--create-arg",
+        action="append",
+        default=[],
+        metavar="ARG",
+        help="one more flag for the create command, written with `=` since it starts with --: "
+        "--create-arg=--service-account=SA, --create-arg=--internal-ips (repeatable)",
+    )
+    make.add_argument(
+        "--wait-timeout",
+        type=float,
+        default=7200,
+        metavar="SECONDS",
+        help="with --queued: give up waiting for ACTIVE after this long (default: %(default)s)",
+    )
+    make.add_argument(
+        "--poll-interval",
+        type=float,
+        default=30,
+        metavar="SECONDS",
+        help="seconds between state checks while waiting (default: %(default)s)",
+    )
+    make.add_argument(
+        "--create-retries",
+        type=int,
+        default=3,
+        metavar="N",
+        help="retry a plain --create that fails for capacity N times (default: %(default)s)",
+    )
+    make.add_argument(
+        "--retry-wait",
+        type=float,
+        default=60,
+        metavar="SECONDS",
+        help="seconds between those retries (default: %(default)s)",
+    )
     inst = p.add_argument_group("the install on every worker")
-    inst.add_argument("--python", default="3.12", help="Python version uv installs for the run (default: %(default)s;"
-                      " lbtrain needs >= 3.11, the TPU images ship 3.10)")  # fmt: skip
-    inst.add_argument("--jax", default="jax[tpu]", help="the JAX requirement (default: %(default)s)")
-    inst.add_argument("--extras", default="offline,gcs", help="lbtrain's extras (default: %(default)s)")
-    inst.add_argument("--ref", default="HEAD", help="the git revision of this checkout to copy (default: %(default)s; "
-                      "uncommitted changes are not copied)")  # fmt: skip
-    inst.add_argument("--env", action="append", default=[], metavar="NAME=VALUE",
-                      help="set an environment variable for the run on every worker (repeatable)")  # fmt: skip
-    inst.add_argument("--keep-launches", type=int, default=3, metavar="N",
-                      help="launch folders kept on each worker besides the new one; older ones are pruned unless "
-                      "live (default: %(default)s)")  # fmt: skip
+    inst.add_argument(
+        "--python",
+        default="3.12",
+        help="Python version uv installs for the run (default: %(default)s;"
+        " lbtrain needs >= 3.11, the TPU images ship 3.10)",
+    )
+    inst.add_argument(
+        "--jax", default="jax[tpu]", help="the JAX requirement (default: %(default)s)"
+    )
+    inst.add_argument(
+        "--extras", default="offline,gcs", help="lbtrain's extras (default: %(default)s)"
+    )
+    inst.add_argument(
+        "--ref",
+        default="HEAD",
+        help="the git revision of this checkout to copy (default: %(default)s; "
+        "uncommitted changes are not copied)",
+    )
+    inst.add_argument(
+        "--env",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="set an environment variable for the run on every worker (repeatable)",
+    )
+    inst.add_argument(
+        "--keep-launches",
+        type=int,
+        default=3,
+        metavar="N",
+        help="launch folders kept on each worker besides the new one; older ones are pruned unless "
+        "live (default: %(default)s)",
+    )
     act = p.add_argument_group("the run")
-    act.add_argument("--follow", action="store_true", help="stream every worker's log (lines prefixed [wN]) until the "
-                     "run ends; exit non-zero if any worker failed")  # fmt: skip
-    act.add_argument("--logs", nargs="?", const="", default=None, metavar="DIR",
-                     help="copy each worker's log of the latest launch to DIR/worker-N.log "
-                     "(default DIR: tpu_logs/NAME/LAUNCH_ID)")  # fmt: skip
-    act.add_argument("--status", action="store_true", help="print the latest launch's state on every worker")
-    act.add_argument("--stop", action="store_true", help="end the live run: SIGTERM to its processes (lbtrain "
-                     "checkpoints and exits 0 on every host), SIGKILL after --stop-grace")  # fmt: skip
-    act.add_argument("--stop-grace", type=float, default=180, metavar="SECONDS",
-                     help="seconds --stop waits before SIGKILL (default: %(default)s)")  # fmt: skip
-    act.add_argument("--delete", action="store_true", help="when the run has ended, delete the TPU VM (or the queued "
-                     "resource and its VM); also on any failure or interrupt of this command")  # fmt: skip
-    act.add_argument("--dry-run", action="store_true", help="print every command instead of running it")
-    act.add_argument("--print-worker-script", action="store_true",
-                     help="print the helper this launcher installs on every worker, and exit")  # fmt: skip
+    act.add_argument(
+        "--follow",
+        action="store_true",
+        help="stream every worker's log (lines prefixed [wN]) until the "
+        "run ends; exit non-zero if any worker failed",
+    )
+    act.add_argument(
+        "--logs",
+        nargs="?",
+        const="",
+        default=None,
+        metavar="DIR",
+        help="copy each worker's log of the latest launch to DIR/worker-N.log "
+        "(default DIR: tpu_logs/NAME/LAUNCH_ID)",
+    )
+    act.add_argument(
+        "--status", action="store_true", help="print the latest launch's state on every worker"
+    )
+    act.add_argument(
+        "--stop",
+        action="store_true",
+        help="end the live run: SIGTERM to its processes (lbtrain "
+        "checkpoints and exits 0 on every host), SIGKILL after --stop-grace",
+    )
+    act.add_argument(
+        "--stop-grace",
+        type=float,
+        default=180,
+        metavar="SECONDS",
+        help="seconds --stop waits before SIGKILL (default: %(default)s)",
+    )
+    act.add_argument(
+        "--delete",
+        action="store_true",
+        help="when the run has ended, delete the TPU VM (or the queued "
+        "resource and its VM); also on any failure or interrupt of this command",
+    )
+    act.add_argument(
+        "--dry-run", action="store_true", help="print every command instead of running it"
+    )
+    act.add_argument(
+        "--print-worker-script",
+        action="store_true",
+        help="print the helper this launcher installs on every worker, and exit",
+    )
     opts = p.parse_args(argv)
     opts.lbtrain_args = lbtrain_args
     if opts.print_worker_script:
@@ -216,13 +349,18 @@ def parse_args(argv: list) -> argparse.Namespace:
     if not opts.zone:
         usage("--zone ZONE is required (e.g. --zone us-central2-b)")
     if opts.create and opts.queued:
-        usage("--create and --queued both create the slice: choose one (--queued waits for capacity)")
+        usage(
+            "--create and --queued both create the slice: choose one (--queued waits for capacity)"
+        )
     if sum([opts.spot, opts.best_effort, opts.reserved]) > 1:
         usage("--spot, --best-effort and --reserved are different tiers: choose one")
     if opts.best_effort and not opts.queued:
         usage("--best-effort is a queued-resource tier: add --queued")
     if (opts.spot or opts.reserved or opts.create_arg) and not (opts.create or opts.queued):
-        usage("--spot / --reserved / --create-arg shape how the slice is created: add --create or --queued")
+        usage(
+            "--spot / --reserved / --create-arg shape how the slice is created: add --create or "
+            "--queued"
+        )
     for item in opts.env:
         if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*=", item):
             usage(f"--env {item!r}: give NAME=VALUE")
@@ -231,11 +369,20 @@ def parse_args(argv: list) -> argparse.Namespace:
             usage(f"--{flag.replace('_', '-')} must be >= 0")
     if opts.create_retries < 0 or opts.keep_launches < 0:
         usage("--create-retries and --keep-launches must be >= 0")
-    actions = [opts.create, opts.queued, opts.follow, opts.logs is not None, opts.status, opts.stop, opts.delete]
+    actions = [
+        opts.create,
+        opts.queued,
+        opts.follow,
+        opts.logs is not None,
+        opts.status,
+        opts.stop,
+        opts.delete,
+    ]
     if not opts.lbtrain_args and not any(actions):
         usage(
-            "nothing to do: give lbtrain's arguments after `--` (e.g. -- --config=configs/mnist_lstm.py "
-            "--workdir=gs://BUCKET/run), or --create / --queued / --follow / --logs / --status / --stop / --delete"
+            "nothing to do: give lbtrain's arguments after `--` (e.g. -- "
+            "--config=configs/mnist_lstm.py --workdir=gs://BUCKET/run), or --create / --queued / "
+            "--follow / --logs / --status / --stop / --delete"
         )
     if opts.version is None:
         try:
@@ -251,17 +398,21 @@ class Launcher:
         self.dry = opts.dry_run
         self.launch_id = new_launch_id()
         self.workers = None  # the slice's host count, from describe
-        self.queued = opts.queued  # whether the slice is a queued resource (decides how it is deleted)
+        # whether the slice is a queued resource (decides how it is deleted)
+        self.queued = opts.queued
         self.may_exist = False  # the slice may exist: the --delete trap must try to delete it
-        self.run_live = False  # a run may be live on the slice: the --delete trap stops it before deleting
+        # a run may be live on the slice: the --delete trap stops it before deleting
+        self.run_live = False
         self.following = False
         self.tmp_files = []
         self.commit = ""
         self.lock = threading.Lock()
 
-    # ---- output and subprocesses -------------------------------------------------------------------------
+    # ---- output and subprocesses -----------------------------------------------------------------
 
     def say(self, message: str, err: bool = False):
+        """Print a message as the launcher's own line (to stderr if ``err``); a comment under
+        --dry-run."""
         with self.lock:
             if self.dry:  # the --dry-run output stays a script: messages are comments
                 print(f"# {message}", flush=True)
@@ -269,6 +420,7 @@ class Launcher:
                 print(f"{PROG}: {message}", file=sys.stderr if err else sys.stdout, flush=True)
 
     def show(self, cmd: list):
+        """Print the command about to run (the command itself under --dry-run)."""
         with self.lock:
             print(shlex.join(cmd) if self.dry else "$ " + shlex.join(cmd), flush=True)
 
@@ -277,17 +429,31 @@ class Launcher:
         if self.dry:
             print("# " + text, flush=True)
 
-    def run(self, cmd: list, capture: bool = False, echo: bool = True, new_session: bool = False,
-            timeout: float = None) -> subprocess.CompletedProcess:  # fmt: skip
+    def run(
+        self,
+        cmd: list,
+        capture: bool = False,
+        echo: bool = True,
+        new_session: bool = False,
+        timeout: float = None,
+    ) -> subprocess.CompletedProcess:
+        """Run ``cmd`` (shown first if ``echo``), its output captured if ``capture``, in a new
+        session if ``new_session``; raises :class:`LaunchError` after ``timeout`` seconds or when
+        the program is missing. Under --dry-run nothing runs and the result is an empty success."""
         if echo:
             self.show(cmd)
         if self.dry:
             return subprocess.CompletedProcess(cmd, 0, "", "")
         pipe = subprocess.PIPE if capture else None
         try:
-            proc = subprocess.Popen(cmd, stdout=pipe, stderr=pipe, text=True, start_new_session=new_session)
+            proc = subprocess.Popen(
+                cmd, stdout=pipe, stderr=pipe, text=True, start_new_session=new_session
+            )
         except FileNotFoundError:
-            raise LaunchError(f"{cmd[0]} is not installed (or not on PATH): https://cloud.google.com/sdk/docs/install")
+            raise LaunchError(
+                f"{cmd[0]} is not installed (or not on PATH): "
+                "https://cloud.google.com/sdk/docs/install"
+            )
         try:
             out, err = proc.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:
@@ -299,26 +465,40 @@ class Launcher:
         return subprocess.CompletedProcess(cmd, proc.returncode, out or "", err or "")
 
     def gcloud(self, *args: str, alpha: bool = False) -> list:
-        cmd = ["gcloud"] + (["alpha"] if alpha else []) + ["compute", "tpus", *args, f"--zone={self.o.zone}"]
+        """A ``gcloud [alpha] compute tpus ARGS`` command line with the zone and project."""
+        cmd = (
+            ["gcloud"]
+            + (["alpha"] if alpha else [])
+            + ["compute", "tpus", *args, f"--zone={self.o.zone}"]
+        )
         return cmd + ([f"--project={self.o.project}"] if self.o.project else [])
 
     def ssh(self, command: str, worker="all") -> list:
+        """The gcloud command that runs ``command`` on ``worker`` (``all``, or an index)."""
         return self.gcloud("tpu-vm", "ssh", self.o.name, f"--worker={worker}", "--command", command)
 
     def helper(self, *words: str) -> str:
         """The remote command running the worker helper installed by the last launch."""
         return 'bash "$HOME/lbtrain/bin/lbtrain-worker" ' + " ".join(quote_inner(w) for w in words)
 
-    # ---- the slice --------------------------------------------------------------------------------------
+    # ---- the slice -------------------------------------------------------------------------------
 
     def describe_node(self):
         """The TPU VM's describe JSON, or None when it does not exist."""
-        res = self.run(self.gcloud("tpu-vm", "describe", self.o.name, "--format=json"), capture=True, echo=False)
+        res = self.run(
+            self.gcloud("tpu-vm", "describe", self.o.name, "--format=json"),
+            capture=True,
+            echo=False,
+        )
         return self._parse_describe(res, "TPU VM")
 
     def describe_queued(self):
-        res = self.run(self.gcloud("queued-resources", "describe", self.o.name, "--format=json"), capture=True,
-                       echo=False)  # fmt: skip
+        """The queued resource's description (a dict), or ``None`` if there is none."""
+        res = self.run(
+            self.gcloud("queued-resources", "describe", self.o.name, "--format=json"),
+            capture=True,
+            echo=False,
+        )
         return self._parse_describe(res, "queued resource")
 
     def _parse_describe(self, res, what: str):
@@ -329,10 +509,13 @@ class Launcher:
         try:
             return json.loads(res.stdout)
         except ValueError:
-            raise LaunchError(f"gcloud describe of {what} {self.o.name} printed no JSON: {res.stdout[:200]!r}")
+            raise LaunchError(
+                f"gcloud describe of {what} {self.o.name} printed no JSON: {res.stdout[:200]!r}"
+            )
 
     def provision(self, need_ready: bool = True) -> str:
-        """Create the slice when asked; find its worker count. Its state, or "absent" (only when not need_ready)."""
+        """Create the slice when asked; find its worker count. Its state, or "absent" (only when not
+        need_ready)."""
         if self.dry:
             self._provision_dry()
             return "READY"
@@ -344,30 +527,44 @@ class Launcher:
         if node is None and not need_ready:
             return "absent"
         if node is None:
-            raise LaunchError(f"no TPU VM {self.o.name} in {self.o.zone}: add --create (or --queued) to create it")
+            raise LaunchError(
+                f"no TPU VM {self.o.name} in {self.o.zone}: add --create (or --queued) to create it"
+            )
         self.may_exist = True  # from here on, with --delete, any failure deletes it
         state = node.get("state", "?")
         if state != "READY" and not need_ready:
             return state
         if state in NODE_DEAD:
             raise LaunchError(
-                f"TPU VM {self.o.name} is {state}: a preempted VM cannot restart; rerun with --create (or --queued) "
-                "to delete and recreate it (lbtrain resumes from the checkpoint in its workdir)"
+                f"TPU VM {self.o.name} is {state}: a preempted VM cannot restart; rerun with "
+                "--create (or --queued) to delete and recreate it (lbtrain resumes from the "
+                "checkpoint in its workdir)"
             )
         if state != "READY":
-            raise LaunchError(f"TPU VM {self.o.name} is {state}, not READY: wait, or check the Cloud console")
+            raise LaunchError(
+                f"TPU VM {self.o.name} is {state}, not READY: wait, or check the Cloud console"
+            )
         self.workers = max(1, len(node.get("networkEndpoints") or []))
         accel = node.get("acceleratorType", "")
         if accel and (self.o.create or self.o.queued) and accel != self.o.accelerator:
-            self.say(f"warning: {self.o.name} is a {accel}, not --accelerator={self.o.accelerator}", err=True)
+            self.say(
+                f"warning: {self.o.name} is a {accel}, not --accelerator={self.o.accelerator}",
+                err=True,
+            )
         self.say(f"TPU VM {self.o.name}: READY, {accel or '?'}, {self.workers} worker(s)")
         return state
 
     def _provision_dry(self):
         if self.o.queued:
-            self.note(f"unless queued resource {self.o.name} exists (then it is reused; FAILED / SUSPENDED: recreated)")
+            self.note(
+                f"unless queued resource {self.o.name} exists (then it is reused; FAILED / "
+                "SUSPENDED: recreated)"
+            )
             self.run(self._queued_create_cmd())
-            self.note(f"then, every {self.o.poll_interval:g} s until ACTIVE (at most {self.o.wait_timeout:g} s):")
+            self.note(
+                f"then, every {self.o.poll_interval:g} s until ACTIVE (at most "
+                f"{self.o.wait_timeout:g} s):"
+            )
             self.show(self.gcloud("queued-resources", "describe", self.o.name, "--format=json"))
         elif self.o.create:
             self.note(f"unless TPU VM {self.o.name} exists and is READY (PREEMPTED: deleted first)")
@@ -377,16 +574,31 @@ class Launcher:
 
     def _create_cmd(self) -> list:
         tier = ["--spot"] if self.o.spot else ["--reserved"] if self.o.reserved else []
-        return self.gcloud("tpu-vm", "create", self.o.name, f"--accelerator-type={self.o.accelerator}",
-                           f"--version={self.o.version}", *tier, *self.o.create_arg)  # fmt: skip
+        return self.gcloud(
+            "tpu-vm",
+            "create",
+            self.o.name,
+            f"--accelerator-type={self.o.accelerator}",
+            f"--version={self.o.version}",
+            *tier,
+            *self.o.create_arg,
+        )
 
     def _queued_create_cmd(self) -> list:
         tier = ["--spot"] if self.o.spot else ["--reserved"] if self.o.reserved else []
         if self.o.best_effort:
             tier = ["--best-effort"]
-        return self.gcloud("queued-resources", "create", self.o.name, f"--node-id={self.o.name}",
-                           f"--accelerator-type={self.o.accelerator}", f"--runtime-version={self.o.version}", *tier,
-                           *self.o.create_arg, alpha=self.o.best_effort)  # fmt: skip
+        return self.gcloud(
+            "queued-resources",
+            "create",
+            self.o.name,
+            f"--node-id={self.o.name}",
+            f"--accelerator-type={self.o.accelerator}",
+            f"--runtime-version={self.o.version}",
+            *tier,
+            *self.o.create_arg,
+            alpha=self.o.best_effort,
+        )
 
     def _ensure_created(self):
         node = self.describe_node()
@@ -399,13 +611,17 @@ class Launcher:
             self._wait_node_ready(state)
             return
         if state in NODE_DEAD:
-            self.say(f"TPU VM {self.o.name} is {state}: deleting it and creating it again (--create)")
+            self.say(
+                f"TPU VM {self.o.name} is {state}: deleting it and creating it again (--create)"
+            )
             self.may_exist = True
             if self._delete_node(quiet=False) == "failed":
                 raise LaunchError(f"could not delete the {state} TPU VM {self.o.name} (see above)")
         elif state is not None:
-            raise LaunchError(f"TPU VM {self.o.name} is {state}: start it (gcloud compute tpus tpu-vm start) or "
-                              "delete it first")  # fmt: skip
+            raise LaunchError(
+                f"TPU VM {self.o.name} is {state}: start it (gcloud compute tpus tpu-vm start) or "
+                "delete it first"
+            )
         cmd = self._create_cmd()
         for attempt in range(self.o.create_retries + 1):
             self.may_exist = True  # an interrupted create can still finish server-side
@@ -419,11 +635,13 @@ class Launcher:
                 raise LaunchError(f"could not create TPU VM {self.o.name}: {last_line(res.stderr)}")
             if attempt == self.o.create_retries:
                 raise LaunchError(
-                    f"no capacity for {self.o.accelerator} in {self.o.zone} after {attempt + 1} tries: try --queued "
-                    "(waits in line for capacity), another zone, or later"
+                    f"no capacity for {self.o.accelerator} in {self.o.zone} after {attempt + 1} "
+                    "tries: try --queued (waits in line for capacity), another zone, or later"
                 )
-            self.say(f"no capacity for {self.o.accelerator} in {self.o.zone}: retrying in {self.o.retry_wait:g} s "
-                     f"({attempt + 1}/{self.o.create_retries})")  # fmt: skip
+            self.say(
+                f"no capacity for {self.o.accelerator} in {self.o.zone}: retrying in "
+                f"{self.o.retry_wait:g} s ({attempt + 1}/{self.o.create_retries})"
+            )
             time.sleep(self.o.retry_wait)
 
     def _wait_node_ready(self, state: str):
@@ -438,23 +656,32 @@ class Launcher:
             if state not in NODE_COMING:
                 raise LaunchError(f"TPU VM {self.o.name} became {state} while starting")
             if time.monotonic() > deadline:
-                raise LaunchError(f"TPU VM {self.o.name} still {state} after {self.o.wait_timeout:g} s "
-                                  "(--wait-timeout)")  # fmt: skip
+                raise LaunchError(
+                    f"TPU VM {self.o.name} still {state} after {self.o.wait_timeout:g} s "
+                    "(--wait-timeout)"
+                )
 
     def _ensure_queued(self):
         qr = self.describe_queued()
         state = queued_state(qr) if qr else None
         if state in QUEUED_DEAD or state == "DELETING":
-            self.say(f"queued resource {self.o.name} is {state}: deleting it and queueing a new one (--queued)")
+            self.say(
+                f"queued resource {self.o.name} is {state}: deleting it and queueing a new one "
+                "(--queued)"
+            )
             self.may_exist = True
             if self._delete_queued(quiet=False) == "failed":
-                raise LaunchError(f"could not delete the {state} queued resource {self.o.name} (see above)")
+                raise LaunchError(
+                    f"could not delete the {state} queued resource {self.o.name} (see above)"
+                )
             state = None
         if state is None:
             self.may_exist = True
             res = self.run(self._queued_create_cmd())
             if res.returncode != 0:
-                raise LaunchError(f"could not create queued resource {self.o.name} (see gcloud's message above)")
+                raise LaunchError(
+                    f"could not create queued resource {self.o.name} (see gcloud's message above)"
+                )
         else:
             self.may_exist = True
             self.say(f"queued resource {self.o.name} exists ({state}): using it")
@@ -468,20 +695,27 @@ class Launcher:
             state = queued_state(qr) if qr else "GONE"
             elapsed = time.monotonic() - start
             if state != last:
-                self.say(f"queued resource {self.o.name}: {state} - {QUEUED_STATES.get(state, 'state ' + state)} "
-                         f"({elapsed:.0f} s)")  # fmt: skip
+                self.say(
+                    f"queued resource {self.o.name}: {state} - "
+                    f"{QUEUED_STATES.get(state, 'state ' + state)} ({elapsed:.0f} s)"
+                )
                 last = state
             if state == "ACTIVE":
                 return
             if state in QUEUED_DEAD or state in ("DELETING", "GONE"):
                 detail = failure_detail(qr)
-                raise LaunchError(f"queued resource {self.o.name} is {state}{': ' + detail if detail else ''}; "
-                                  "rerun with --queued to queue a new one")  # fmt: skip
+                raise LaunchError(
+                    f"queued resource {self.o.name} is {state}{': ' + detail if detail else ''}; "
+                    "rerun with --queued to queue a new one"
+                )
             if elapsed >= self.o.wait_timeout:
                 raise LaunchError(
-                    f"queued resource {self.o.name} still {state} after {self.o.wait_timeout:g} s (--wait-timeout): "
-                    "it stays in the queue; run the same command again to keep waiting, or delete it with "
-                    + shlex.join(self.gcloud("queued-resources", "delete", self.o.name, "--force", "--quiet"))
+                    f"queued resource {self.o.name} still {state} after {self.o.wait_timeout:g} s "
+                    "(--wait-timeout): it stays in the queue; run the same command again to keep "
+                    "waiting, or delete it with "
+                    + shlex.join(
+                        self.gcloud("queued-resources", "delete", self.o.name, "--force", "--quiet")
+                    )
                 )
             time.sleep(min(self.o.poll_interval, max(self.o.wait_timeout - elapsed, 0.05)))
 
@@ -501,15 +735,21 @@ class Launcher:
 
     def _delete_queued(self, quiet: bool) -> str:
         # --force: also delete the TPU VM the queued resource holds
-        return self._delete(self.gcloud("queued-resources", "delete", self.o.name, "--force", "--quiet"), quiet)
+        return self._delete(
+            self.gcloud("queued-resources", "delete", self.o.name, "--force", "--quiet"), quiet
+        )
 
     def delete(self, quiet: bool = False) -> str:
         """Delete the slice: the queued resource (and its VM) when there is one, else the TPU VM."""
         if self.dry:
             if self.queued:
-                self.run(self.gcloud("queued-resources", "delete", self.o.name, "--force", "--quiet"))
+                self.run(
+                    self.gcloud("queued-resources", "delete", self.o.name, "--force", "--quiet")
+                )
             else:
-                self.note(f"(a queued resource named {self.o.name} is deleted instead, with its VM)")
+                self.note(
+                    f"(a queued resource named {self.o.name} is deleted instead, with its VM)"
+                )
                 self.run(self.gcloud("tpu-vm", "delete", self.o.name, "--quiet"))
             return "deleted"
         if not self.queued and self.describe_queued() is not None:
@@ -517,111 +757,184 @@ class Launcher:
         return self._delete_queued(quiet) if self.queued else self._delete_node(quiet)
 
     def delete_command(self) -> str:
+        """The command line that deletes the slice (the queued resource, or the TPU VM)."""
         if self.queued:
-            return shlex.join(self.gcloud("queued-resources", "delete", self.o.name, "--force", "--quiet"))
+            return shlex.join(
+                self.gcloud("queued-resources", "delete", self.o.name, "--force", "--quiet")
+            )
         return shlex.join(self.gcloud("tpu-vm", "delete", self.o.name, "--quiet"))
 
-    # ---- the launch -------------------------------------------------------------------------------------
+    # ---- the launch ------------------------------------------------------------------------------
 
     def package(self):
-        """This checkout at --ref as a tar.gz, and the worker helper, in local files named by the launch id."""
+        """This checkout at --ref as a tar.gz, and the worker helper, in local files named by the
+        launch id."""
         tmp = tempfile.gettempdir()
         archive = os.path.join(tmp, f"lbtrain-{self.launch_id}.tar.gz")
         helper = os.path.join(tmp, f"lbtrain-{self.launch_id}-worker.sh")
         # a read-only look-up, done in --dry-run too: the run records which commit it runs
-        rev = subprocess.run(["git", "-C", ROOT, "rev-parse", "--verify", "--quiet", f"{self.o.ref}^{{commit}}"],
-                             capture_output=True, text=True)  # fmt: skip
+        rev = subprocess.run(
+            ["git", "-C", ROOT, "rev-parse", "--verify", "--quiet", f"{self.o.ref}^{{commit}}"],
+            capture_output=True,
+            text=True,
+        )
         if rev.returncode != 0:
-            raise LaunchError(f"--ref {self.o.ref} is not a commit of {ROOT} (the launcher copies a git checkout)")
+            raise LaunchError(
+                f"--ref {self.o.ref} is not a commit of {ROOT} (the launcher copies a git checkout)"
+            )
         self.commit = rev.stdout.strip()
-        self.note(f"launch {self.launch_id}: the code at {self.o.ref} ({self.commit[:12]}), and the worker helper:")
-        res = self.run(["git", "-C", ROOT, "archive", "--format=tar.gz", f"--output={archive}", self.o.ref],
-                       capture=True)  # fmt: skip
+        self.note(
+            f"launch {self.launch_id}: the code at {self.o.ref} ({self.commit[:12]}), and the "
+            "worker helper:"
+        )
+        res = self.run(
+            ["git", "-C", ROOT, "archive", "--format=tar.gz", f"--output={archive}", self.o.ref],
+            capture=True,
+        )
         if res.returncode != 0:
-            raise LaunchError(f"git archive of {ROOT} at --ref {self.o.ref} failed: {last_line(res.stderr)} "
-                              "(the launcher copies a git checkout)")  # fmt: skip
+            raise LaunchError(
+                f"git archive of {ROOT} at --ref {self.o.ref} failed: {last_line(res.stderr)} "
+                "(the launcher copies a git checkout)"
+            )
         self.tmp_files.append(archive)
         if self.dry:
             with self.lock:
-                print(shlex.join(["python3", os.path.abspath(__file__), "--print-worker-script"]) + " > "
-                      + shlex.quote(helper), flush=True)  # fmt: skip
+                print(
+                    shlex.join(["python3", os.path.abspath(__file__), "--print-worker-script"])
+                    + " > "
+                    + shlex.quote(helper),
+                    flush=True,
+                )
         else:
             with open(helper, "w") as f:
                 f.write(WORKER_SCRIPT)
             self.tmp_files.append(helper)
-            dirty = self.run(["git", "-C", ROOT, "status", "--porcelain", "--untracked-files=no"], capture=True,
-                             echo=False)  # fmt: skip
+            dirty = self.run(
+                ["git", "-C", ROOT, "status", "--porcelain", "--untracked-files=no"],
+                capture=True,
+                echo=False,
+            )
             if dirty.returncode == 0 and dirty.stdout.strip() and self.o.ref == "HEAD":
-                self.say("note: this checkout has uncommitted changes; the workers get the last commit only")
+                self.say(
+                    "note: this checkout has uncommitted changes; the workers get the last commit "
+                    "only"
+                )
         return archive, helper
 
     def launch(self):
+        """Copy the code and worker helper to every worker, install there, and start the run
+        detached; raises :class:`LaunchError` when a step fails or a run is already live."""
         self.warn_unshared_workdir()
         archive, helper = self.package()
         self.note("to every worker's home folder, then unpacked and installed there:")
-        res = self.run(self.gcloud("tpu-vm", "scp", archive, helper, f"{self.o.name}:", "--worker=all"))
+        res = self.run(
+            self.gcloud("tpu-vm", "scp", archive, helper, f"{self.o.name}:", "--worker=all")
+        )
         if res.returncode != 0:
             raise LaunchError(f"copying the code to {self.o.name}'s workers failed (see above)")
-        self.say(f"launch {self.launch_id}: installing on every worker (Python {self.o.python} from uv, "
-                 f"{self.o.jax}, lbtrain[{self.o.extras}]); each worker's log: "
-                 f"~/lbtrain/launches/{self.launch_id}/install.log")  # fmt: skip
+        self.say(
+            f"launch {self.launch_id}: installing on every worker (Python {self.o.python} from uv, "
+            f"{self.o.jax}, lbtrain[{self.o.extras}]); each worker's log: "
+            f"~/lbtrain/launches/{self.launch_id}/install.log"
+        )
         setup = 'bash "$HOME/lbtrain-{id}-worker.sh" setup {args}'.format(
             id=self.launch_id,
-            args=" ".join(quote_inner(w) for w in (self.launch_id, self.o.python, self.o.jax, self.o.extras,
-                                                    str(self.o.keep_launches))),  # fmt: skip
+            args=" ".join(
+                quote_inner(w)
+                for w in (
+                    self.launch_id,
+                    self.o.python,
+                    self.o.jax,
+                    self.o.extras,
+                    str(self.o.keep_launches),
+                )
+            ),
         )
         res = self.run(self.ssh(setup))
         if res.returncode == LIVE_RUN:
             raise LaunchError(self.live_run_message(), code=LIVE_RUN, keep=True)
         if res.returncode != 0:
-            raise LaunchError(f"the install failed on {self.o.name} (exit {res.returncode}; the worker's lines above "
-                              f"say where)")  # fmt: skip
+            raise LaunchError(
+                f"the install failed on {self.o.name} (exit {res.returncode}; the worker's lines "
+                "above say where)"
+            )
         # JAX's own cluster discovery on every host; the commit, for the run's provenance
         env = ["LBTRAIN_DISTRIBUTED_AUTO=1", f"LBTRAIN_SOURCE_COMMIT={self.commit}", *self.o.env]
-        self.run_live = True  # from here on an interrupt stops the run before --delete deletes the slice
-        res = self.run(self.ssh(self.helper("start", self.launch_id, *env, "--", *self.o.lbtrain_args)))
+        # from here on an interrupt stops the run before --delete deletes the slice
+        self.run_live = True
+        res = self.run(
+            self.ssh(self.helper("start", self.launch_id, *env, "--", *self.o.lbtrain_args))
+        )
         if res.returncode == LIVE_RUN:
             self.run_live = False
             raise LaunchError(self.live_run_message(), code=LIVE_RUN, keep=True)
         if res.returncode != 0:
-            raise LaunchError(f"starting the run failed on {self.o.name} (exit {res.returncode}; see above)")
+            raise LaunchError(
+                f"starting the run failed on {self.o.name} (exit {res.returncode}; see above)"
+            )
         if not self.dry:
-            self.say(f"launch {self.launch_id} is running detached on every worker: it continues if this command ends")
+            self.say(
+                f"launch {self.launch_id} is running detached on every worker: it continues if "
+                "this command ends"
+            )
 
     def live_run_message(self) -> str:
+        """The line that refuses a launch because a run is live, with the commands to
+        watch or stop it."""
         base = f"scripts/tpu_launch.sh --name {self.o.name} --zone {self.o.zone}"
         base += f" --project {self.o.project}" if self.o.project else ""
-        return (f"a run is live on {self.o.name} (lines above): nothing was started. Watch it with `{base} --follow`, "
-                f"or end it with `{base} --stop`, then launch again")  # fmt: skip
+        return (
+            f"a run is live on {self.o.name} (lines above): nothing was started. Watch it with "
+            f"`{base} --follow`, or end it with `{base} --stop`, then launch again"
+        )
 
     def warn_unshared_workdir(self):
+        """Warn when a multi-host slice is given a --workdir that is not on GCS."""
         for arg in self.o.lbtrain_args:
             if arg.startswith("--workdir="):
                 workdir = arg.split("=", 1)[1]
                 if not workdir.startswith("gs://") and (self.workers or 0) > 1:
-                    self.say(f"warning: --workdir={workdir} is not a gs:// path: on a multi-host slice every host must "
-                             "see the same workdir (lbtrain refuses one its hosts do not share)", err=True)  # fmt: skip
+                    self.say(
+                        f"warning: --workdir={workdir} is not a gs:// path: on a multi-host slice "
+                        "every host must see the same workdir (lbtrain refuses one its hosts do "
+                        "not share)",
+                        err=True,
+                    )
 
     def worker_list(self) -> list:
+        """The worker indices of the slice (one when the count is not known)."""
         return list(range(self.workers or 1))
 
     def follow(self, launch_id: str) -> int:
-        """Stream every worker's log until the run ends there; the first non-zero exit code, else 0."""
+        """Stream every worker's log until the run ends there; the first non-zero exit code, else
+        0."""
         cmds = [self.ssh(self.helper("follow", launch_id), worker=w) for w in self.worker_list()]
         if self.dry:
-            self.note("every worker's log until the run ends, one such command per worker (--worker=0, 1, ...), "
-                      "in parallel, lines prefixed [wN]:")  # fmt: skip
+            self.note(
+                "every worker's log until the run ends, one such command per worker (--worker=0, "
+                "1, ...), in parallel, lines prefixed [wN]:"
+            )
             self.show(cmds[0])
             return 0
-        self.say(f"following launch {launch_id} on {len(cmds)} worker(s); Ctrl-C stops following"
-                 + (" and, with --delete, stops the run and deletes the slice" if self.o.delete else
-                    ", not the run"))  # fmt: skip
+        self.say(
+            f"following launch {launch_id} on {len(cmds)} worker(s); Ctrl-C stops following"
+            + (
+                " and, with --delete, stops the run and deletes the slice"
+                if self.o.delete
+                else ", not the run"
+            )
+        )
         procs = []
         threads = []
         try:
             for w, cmd in zip(self.worker_list(), cmds):
-                proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                        errors="replace")  # fmt: skip
+                proc = subprocess.Popen(
+                    cmd,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.STDOUT,
+                    text=True,
+                    errors="replace",
+                )
                 procs.append(proc)
                 t = threading.Thread(target=self._pump, args=(proc, f"[w{w}] "), daemon=True)
                 t.start()
@@ -636,7 +949,11 @@ class Launcher:
             raise
         failed = [(w, c) for w, c in zip(self.worker_list(), codes) if c != 0]
         for w, c in failed:
-            self.say(f"worker {w}: " + ("no such launch there" if c in (2, HELPER_MISSING) else f"exit {c}"), err=True)
+            self.say(
+                f"worker {w}: "
+                + ("no such launch there" if c in (2, HELPER_MISSING) else f"exit {c}"),
+                err=True,
+            )
         if not failed:
             self.say(f"launch {launch_id} ended: exit 0 on every worker")
         return failed[0][1] if failed else 0
@@ -648,15 +965,25 @@ class Launcher:
                 sys.stdout.flush()
 
     def latest_launch_id(self) -> str:
+        """The id of the last launch on worker 0 (``LAUNCH_ID`` under --dry-run);
+        raises :class:`LaunchError` if there is none."""
         if self.dry:
             return "LAUNCH_ID"
         res = self.run(self.ssh(self.helper("id"), worker=0), capture=True)
-        lid = res.stdout.strip().splitlines()[-1] if res.returncode == 0 and res.stdout.strip() else ""
+        lid = (
+            res.stdout.strip().splitlines()[-1]
+            if res.returncode == 0 and res.stdout.strip()
+            else ""
+        )
         if not re.match(r"^[0-9]{8}-[0-9]{6}-[0-9a-f]+$", lid):
-            raise LaunchError(f"no launch found on {self.o.name}'s worker 0 {last_line(res.stderr)}".rstrip())
+            raise LaunchError(
+                f"no launch found on {self.o.name}'s worker 0 {last_line(res.stderr)}".rstrip()
+            )
         return lid
 
     def fetch_logs(self, launch_id: str) -> str:
+        """Copy every worker's log of ``launch_id`` into --logs (default
+        ``tpu_logs/NAME/ID``); returns that folder."""
         folder = self.o.logs or os.path.join("tpu_logs", self.o.name, launch_id)
         if not self.dry:
             os.makedirs(folder, exist_ok=True)
@@ -665,33 +992,57 @@ class Launcher:
         got = []
         for w in self.worker_list():
             dest = os.path.join(folder, f"worker-{w}.log")
-            res = self.run(self.gcloud("tpu-vm", "scp", f"{self.o.name}:lbtrain/launches/{launch_id}/run.log", dest,
-                                       f"--worker={w}"))  # fmt: skip
+            res = self.run(
+                self.gcloud(
+                    "tpu-vm",
+                    "scp",
+                    f"{self.o.name}:lbtrain/launches/{launch_id}/run.log",
+                    dest,
+                    f"--worker={w}",
+                )
+            )
             if res.returncode == 0:
                 got.append(dest)
             if self.dry:
                 break
         if not self.dry:
             if len(got) < len(self.worker_list()):
-                raise LaunchError(f"fetched {len(got)} of {len(self.worker_list())} worker logs into {folder}/")
+                raise LaunchError(
+                    f"fetched {len(got)} of {len(self.worker_list())} worker logs into {folder}/"
+                )
             self.say(f"fetched {len(got)} worker log(s) of launch {launch_id} into {folder}/")
         return folder
 
     def stop(self) -> int:
+        """SIGTERM the live run on every worker (SIGKILL after --stop-grace); returns the
+        helper's exit code (0 when nothing was ever launched)."""
         grace = f"{self.o.stop_grace:g}"
-        res = self.run(self.ssh(self.helper("stop", grace)), timeout=None if self.dry else self.o.stop_grace + 120)
+        res = self.run(
+            self.ssh(self.helper("stop", grace)),
+            timeout=None if self.dry else self.o.stop_grace + 120,
+        )
         if res.returncode == HELPER_MISSING:
             self.say(f"nothing to stop: no launch on {self.o.name}")
             return 0
         return res.returncode
 
-    # ---- the whole command ------------------------------------------------------------------------------
+    # ---- the whole command -----------------------------------------------------------------------
 
     def main(self) -> int:
+        """Do what the flags ask, in order (slice, launch, follow, logs, status, stop,
+        delete); returns the exit code."""
         o = self.o
-        # --delete alone deletes whatever state the slice is in (a PREEMPTED one too), after a live run ends
-        delete_only = o.delete and not (o.lbtrain_args or o.create or o.queued or o.follow or o.stop or o.status
-                                        or o.logs is not None)  # fmt: skip
+        # --delete alone deletes whatever state the slice is in (a PREEMPTED one too), after a live
+        # run ends
+        delete_only = o.delete and not (
+            o.lbtrain_args
+            or o.create
+            or o.queued
+            or o.follow
+            or o.stop
+            or o.status
+            or o.logs is not None
+        )
         state = self.provision(need_ready=not delete_only)
         status = 0
         launched = None
@@ -710,14 +1061,20 @@ class Launcher:
             self.following = self.run_live = False
         elif o.delete and state == "READY":
             self.note("wait for a live run to end:")
-            self.say(f"waiting for any live run on {o.name} to end before deleting it (Ctrl-C: stop it now, then "
-                     "delete)")  # fmt: skip
+            self.say(
+                f"waiting for any live run on {o.name} to end before deleting it (Ctrl-C: stop it "
+                "now, then delete)"
+            )
             self.run_live = True
             res = self.run(self.ssh(self.helper("wait")))
             self.run_live = False
-            if res.returncode not in (0, HELPER_MISSING):  # HELPER_MISSING: nothing was ever launched there
-                raise LaunchError(f"could not check {o.name} for a live run (exit {res.returncode}): not deleting "
-                                  f"it; to delete it anyway: {self.delete_command()}", keep=True)  # fmt: skip
+            # HELPER_MISSING: nothing was ever launched there
+            if res.returncode not in (0, HELPER_MISSING):
+                raise LaunchError(
+                    f"could not check {o.name} for a live run (exit {res.returncode}): not "
+                    f"deleting it; to delete it anyway: {self.delete_command()}",
+                    keep=True,
+                )
         if o.logs is not None:
             self.fetch_logs(launched or self.latest_launch_id())
         if o.delete:
@@ -726,32 +1083,48 @@ class Launcher:
             if outcome == "failed":
                 raise LaunchError(f"could not delete {self.o.name} (see above)")
             if not self.dry:
-                self.say(f"deleted {self.kind()} {o.name}" if outcome == "deleted" else f"nothing to delete: no "
-                         f"{o.name} in {o.zone}")  # fmt: skip
+                self.say(
+                    f"deleted {self.kind()} {o.name}"
+                    if outcome == "deleted"
+                    else f"nothing to delete: no {o.name} in {o.zone}"
+                )
             self.may_exist = False
         elif launched and not self.dry:
             base = f"scripts/tpu_launch.sh --name {o.name} --zone {o.zone}"
-            self.say(f"next: `{base} --follow` (watch), `--logs` (copy the logs here), `--stop` (end it), "
-                     f"`--delete` (delete the slice: it bills until deleted)")  # fmt: skip
+            self.say(
+                f"next: `{base} --follow` (watch), `--logs` (copy the logs here), `--stop` (end "
+                "it), `--delete` (delete the slice: it bills until deleted)"
+            )
         return status
 
     def kind(self) -> str:
+        """What --delete deletes, in words."""
         return "queued resource (and its TPU VM)" if self.queued else "TPU VM"
 
     def cleanup(self, why: str) -> None:
-        """The --delete trap: after a failure or an interrupt, delete the slice and say so in one line."""
+        """The --delete trap: after a failure or an interrupt, delete the slice and say so in one
+        line."""
         if not (self.o.delete and self.may_exist) or self.dry:
             return
         if self.run_live:
-            # stop the run first, so lbtrain checkpoints to its workdir; a second interrupt skips this
+            # stop the run first, so lbtrain checkpoints to its workdir; a second interrupt skips
+            # this
             try:
-                self.say(f"{why}: stopping the run (SIGTERM; Ctrl-C again to skip), then deleting {self.o.name}",
-                         err=True)  # fmt: skip
-                self.run(self.ssh(self.helper("stop", f"{self.o.stop_grace:g}")), capture=True, echo=False,
-                         timeout=self.o.stop_grace + 120)  # fmt: skip
+                self.say(
+                    f"{why}: stopping the run (SIGTERM; Ctrl-C again to skip), then deleting "
+                    f"{self.o.name}",
+                    err=True,
+                )
+                self.run(
+                    self.ssh(self.helper("stop", f"{self.o.stop_grace:g}")),
+                    capture=True,
+                    echo=False,
+                    timeout=self.o.stop_grace + 120,
+                )
             except (Interrupted, LaunchError):
                 pass
-        # the deletion itself must finish: later interrupts are ignored, and gcloud runs in its own session
+        # the deletion itself must finish: later interrupts are ignored, and gcloud runs in its own
+        # session
         for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
             signal.signal(sig, signal.SIG_IGN)
         try:
@@ -759,15 +1132,26 @@ class Launcher:
         except LaunchError:
             outcome = "failed"
         if outcome == "deleted":
-            self.say(f"--delete: deleted {self.kind()} {self.o.name} after {why}; nothing is left billing", err=True)
+            self.say(
+                f"--delete: deleted {self.kind()} {self.o.name} after {why}; nothing is left "
+                "billing",
+                err=True,
+            )
         elif outcome == "absent":
-            self.say(f"--delete: nothing to delete after {why}: no {self.o.name} in {self.o.zone} (if an interrupted "
-                     f"create still finishes, delete it with: {self.delete_command()})", err=True)  # fmt: skip
+            self.say(
+                f"--delete: nothing to delete after {why}: no {self.o.name} in {self.o.zone} (if "
+                f"an interrupted create still finishes, delete it with: {self.delete_command()})",
+                err=True,
+            )
         else:
-            self.say(f"--delete: could NOT delete {self.o.name} after {why}: it still bills; delete it with: "
-                     f"{self.delete_command()}", err=True)  # fmt: skip
+            self.say(
+                f"--delete: could NOT delete {self.o.name} after {why}: it still bills; delete it "
+                f"with: {self.delete_command()}",
+                err=True,
+            )
 
     def remove_tmp(self):
+        """Remove the local archive and helper files of this launch."""
         for path in self.tmp_files:
             try:
                 os.remove(path)
@@ -776,11 +1160,13 @@ class Launcher:
 
 
 def queued_state(qr: dict) -> str:
+    """The state name of a queued resource's description (``STATE_UNSPECIFIED`` if absent)."""
     state = qr.get("state") or {}
     return state.get("state", "STATE_UNSPECIFIED") if isinstance(state, dict) else str(state)
 
 
 def failure_detail(qr) -> str:
+    """The error message of a FAILED queued resource's description (``""`` if none)."""
     if not qr:
         return ""
     data = (qr.get("state") or {}).get("failedData") or {}
@@ -788,8 +1174,8 @@ def failure_detail(qr) -> str:
 
 
 def quote_inner(word: str) -> str:
-    """Quote a word of a remote command with double quotes where that is enough, so that the single quotes
-    around the whole --command stay readable in printed commands."""
+    """Quote a word of a remote command with double quotes where that is enough, so that the single
+    quotes around the whole --command stay readable in printed commands."""
     if re.match(r"^[A-Za-z0-9_=:,./@%+-]+$", word):
         return word
     if not re.search(r'[$`"\\!]', word):
@@ -798,11 +1184,13 @@ def quote_inner(word: str) -> str:
 
 
 def last_line(text: str) -> str:
+    """The last non-blank line of ``text``, stripped (``""`` if none)."""
     lines = [ln.strip() for ln in (text or "").strip().splitlines() if ln.strip()]
     return lines[-1] if lines else ""
 
 
 def stop_process(proc: subprocess.Popen):
+    """Terminate ``proc`` if it still runs, and kill it after 5 s."""
     if proc.poll() is None:
         proc.terminate()
         try:
@@ -813,6 +1201,8 @@ def stop_process(proc: subprocess.Popen):
 
 
 def main(argv=None) -> int:
+    """The command line (``argv``, default ``sys.argv[1:]``) run to its end; returns the exit
+    code."""
     opts = parse_args(sys.argv[1:] if argv is None else argv)
     if opts.print_worker_script:
         sys.stdout.write(WORKER_SCRIPT)
@@ -827,8 +1217,11 @@ def main(argv=None) -> int:
         if launcher.o.delete and launcher.may_exist:
             launcher.cleanup(name)
         elif launcher.run_live or launcher.following:
-            launcher.say(f"interrupted ({name}): the run continues on the workers; --follow to watch it, --stop to "
-                         "end it", err=True)  # fmt: skip
+            launcher.say(
+                f"interrupted ({name}): the run continues on the workers; --follow to watch it, "
+                "--stop to end it",
+                err=True,
+            )
         else:
             launcher.say(f"interrupted ({name})", err=True)
         return 128 + e.signum
@@ -837,8 +1230,11 @@ def main(argv=None) -> int:
         if not e.keep:
             launcher.cleanup("the failure above")
         elif launcher.o.delete and e.code == LIVE_RUN:
-            launcher.say(f"--delete: not deleting {launcher.o.name}: a run that this command did not start is live "
-                         "on it", err=True)  # fmt: skip
+            launcher.say(
+                f"--delete: not deleting {launcher.o.name}: a run that this command did not start "
+                "is live on it",
+                err=True,
+            )
         return e.code
     except BaseException:
         launcher.cleanup("an unexpected error")
@@ -847,26 +1243,34 @@ def main(argv=None) -> int:
         launcher.remove_tmp()
 
 
-# The helper every worker runs (bash: the TPU images have it; their Python is too old to matter). The
-# launcher writes it next to the code archive; a launch installs it as ~/lbtrain/bin/lbtrain-worker.
+# The helper every worker runs (bash: the TPU images have it; their Python is too old to matter).
+# The launcher writes it next to the code archive; a launch installs it as
+# ~/lbtrain/bin/lbtrain-worker.
 WORKER_SCRIPT = r"""#!/usr/bin/env bash
 # lbtrain worker helper, installed by scripts/tpu_launch.py on every TPU VM worker.
-#   setup ID PYTHON JAX EXTRAS KEEP   unpack ~/lbtrain-ID.tar.gz into ~/lbtrain/launches/ID/src, install uv,
-#                                     a Python of its own and lbtrain into .../ID/venv (log: .../ID/install.log)
-#   start ID [NAME=VALUE]... -- ARGS  end stale TPU holders, start `lbtrain ARGS` detached (log: .../ID/run.log)
-#   follow ID|latest                  print the run's log until it ends; exit with the run's exit code
-#   stop GRACE                        SIGTERM to the live run's process group, SIGKILL after GRACE seconds
-#   wait | status | id                wait for no live run | print the latest launch's state | print its id
-# A run is live while the process it started (pid and start time in .../ID/pid) runs and has not written
-# .../ID/exit_code. Exit 3 = a run is live (nothing was started).
+#   setup ID PYTHON JAX EXTRAS KEEP
+#       unpack ~/lbtrain-ID.tar.gz into ~/lbtrain/launches/ID/src, install uv, a Python of its own
+#       and lbtrain into .../ID/venv (log: .../ID/install.log)
+#   start ID [NAME=VALUE]... -- ARGS
+#       end stale TPU holders, start `lbtrain ARGS` detached (log: .../ID/run.log)
+#   follow ID|latest
+#       print the run's log until it ends; exit with the run's exit code
+#   stop GRACE
+#       SIGTERM to the live run's process group, SIGKILL after GRACE seconds
+#   wait | status | id
+#       wait for no live run | print the latest launch's state | print its id
+# A run is live while the process it started (pid and start time in .../ID/pid) runs and has not
+# written .../ID/exit_code. Exit 3 = a run is live (nothing was started).
 set -uo pipefail
 ROOT="$HOME/lbtrain"
 LAUNCHES="$ROOT/launches"
-# Where the TPU chips appear (v2-v4: /dev/accel*; v5e and later: /dev/vfio/N) and libtpu's lock file.
+# Where the TPU chips appear (v2-v4: /dev/accel*; v5e and later: /dev/vfio/N) and libtpu's lock
+# file.
 TPU_DEVICES="${LBTRAIN_TPU_DEVICES:-/dev/accel* /dev/vfio/[0-9]*}"
 LIBTPU_LOCKFILE="${LBTRAIN_LIBTPU_LOCKFILE:-/tmp/libtpu_lockfile}"
 HOST="$(hostname)"
-SUDO=""  # other users' processes can hold the TPU: look and end them as root where sudo needs no password
+# other users' processes can hold the TPU: look and end them as root where sudo needs no password
+SUDO=""
 if [ "$(id -u)" != 0 ] && sudo -n true 2>/dev/null; then SUDO="sudo -n"; fi
 
 say() { printf '%s: %s\n' "$HOST" "$*"; }
@@ -878,7 +1282,8 @@ stat_field() {  # stat_field PID N: field N of /proc/PID/stat (field 2, the name
   [ "$2" -ge 3 ] && printf '%s\n' "${fields[$(($2 - 3))]}"
 }
 
-running() {  # running PID: the process exists and is not a zombie (one that has ended holds nothing open)
+# running PID: the process exists and is not a zombie (one that has ended holds nothing open)
+running() {
   local state
   state=$(stat_field "$1" 3) && [ "$state" != Z ]
 }
@@ -908,19 +1313,22 @@ launch_dir() {  # launch_dir ID|latest
   printf '%s\n' "$LAUNCHES/$id"
 }
 
-refuse_if_live() {  # refuse_if_live [ID]: exit 3 when a run is live (and drop launch ID's copied files)
+# refuse_if_live [ID]: exit 3 when a run is live (and drop launch ID's copied files)
+refuse_if_live() {
   local live id pid
   live=$(live_launches)
   [ -z "$live" ] && return 0
   for id in $live; do
     read -r pid _ <"$LAUNCHES/$id/pid"
-    say "launch $id is live here (pid $pid, log ~/lbtrain/launches/$id/run.log): not starting another"
+    say "launch $id is live here (pid $pid, log ~/lbtrain/launches/$id/run.log):" \
+      "not starting another"
   done
   [ -n "${1:-}" ] && rm -f "$HOME/lbtrain-$1.tar.gz" "$HOME/lbtrain-$1-worker.sh"
   exit 3
 }
 
-prune() {  # prune KEEP CURRENT: remove launch folders beyond the KEEP newest others; never a live one
+# prune KEEP CURRENT: remove launch folders beyond the KEEP newest others; never a live one
+prune() {
   local keep=$1 current=$2 n=0 d id
   for d in $(ls -1d "$LAUNCHES"/*/ 2>/dev/null | sort -r); do
     d=${d%/}
@@ -940,7 +1348,8 @@ install_env() {  # install_env DIR PYTHON JAX EXTRAS
   fi
   if [ -z "$uv" ]; then
     echo "installing uv into ~/.local/bin"
-    curl -LsSf https://astral.sh/uv/install.sh | env UV_INSTALL_DIR="$HOME/.local/bin" UV_NO_MODIFY_PATH=1 sh || return 1
+    curl -LsSf https://astral.sh/uv/install.sh \
+      | env UV_INSTALL_DIR="$HOME/.local/bin" UV_NO_MODIFY_PATH=1 sh || return 1
     uv="$HOME/.local/bin/uv"
   fi
   # a Python that uv downloads and manages, never the image's own (3.10 on the Ubuntu 22.04 images)
@@ -948,7 +1357,8 @@ install_env() {  # install_env DIR PYTHON JAX EXTRAS
   project="$dir/src"
   [ -n "$extras" ] && project="$dir/src[$extras]"
   "$uv" pip install --python "$dir/venv/bin/python" "$jax" -e "$project" || return 1
-  # the versions installed (importing jax here would cost seconds per launch; the run imports it first thing)
+  # the versions installed (importing jax here would cost seconds per launch; the run imports it
+  # first thing)
   "$dir/venv/bin/python" -c 'import sys; from importlib.metadata import version as v
 print("python", sys.version.split()[0], "jax", v("jax"), "lbtrain", v("lbtrain"))'
 }
@@ -958,11 +1368,15 @@ cmd_setup() {
   local dir="$LAUNCHES/$id" version rc
   refuse_if_live "$id"
   mkdir -p "$dir/src" "$ROOT/bin" || exit 1
-  tar -xzf "$HOME/lbtrain-$id.tar.gz" -C "$dir/src" || { say "could not unpack ~/lbtrain-$id.tar.gz"; exit 1; }
+  tar -xzf "$HOME/lbtrain-$id.tar.gz" -C "$dir/src" || {
+    say "could not unpack ~/lbtrain-$id.tar.gz"
+    exit 1
+  }
   rm -f "$HOME/lbtrain-$id.tar.gz"
-  # later commands call ~/lbtrain/bin/lbtrain-worker: replace it by a rename, so a copy still being read
-  # by a running bash keeps its file
-  cp "$HOME/lbtrain-$id-worker.sh" "$ROOT/bin/.lbtrain-worker.$id" && mv -f "$ROOT/bin/.lbtrain-worker.$id" "$ROOT/bin/lbtrain-worker"
+  # later commands call ~/lbtrain/bin/lbtrain-worker: replace it by a rename, so a copy still being
+  # read by a running bash keeps its file
+  cp "$HOME/lbtrain-$id-worker.sh" "$ROOT/bin/.lbtrain-worker.$id" \
+    && mv -f "$ROOT/bin/.lbtrain-worker.$id" "$ROOT/bin/lbtrain-worker"
   mv -f "$HOME/lbtrain-$id-worker.sh" "$dir/worker.sh"
   printf '%s\n' "$id" >"$dir/launch_id"
   ln -sfn "launches/$id" "$ROOT/latest"
@@ -978,7 +1392,8 @@ cmd_setup() {
   say "installed launch $id ($version) in ~/lbtrain/launches/$id/venv"
 }
 
-clear_stale() {  # end processes holding the TPU that are not a live run, and remove libtpu's stale lock
+# end processes holding the TPU that are not a live run, and remove libtpu's stale lock
+clear_stale() {
   local patterns p expr=() pids pid pgid live_pgids="" id cmd
   set -f
   patterns=($TPU_DEVICES)
@@ -990,7 +1405,8 @@ clear_stale() {  # end processes holding the TPU that are not a live run, and re
   for id in $(live_launches); do
     live_pgids="$live_pgids $(cut -d' ' -f1 "$LAUNCHES/$id/pid")"
   done
-  pids=$($SUDO find /proc/[0-9]*/fd -maxdepth 1 -type l \( "${expr[@]}" \) -printf '%h\n' 2>/dev/null | cut -d/ -f3 | sort -u)
+  pids=$($SUDO find /proc/[0-9]*/fd -maxdepth 1 -type l \( "${expr[@]}" \) -printf '%h\n' \
+    2>/dev/null | cut -d/ -f3 | sort -u)
   for pid in $pids; do
     pgid=$(stat_field "$pid" 5) || continue
     case " $live_pgids " in *" $pgid "*) continue ;; esac
@@ -1013,26 +1429,35 @@ cmd_start() {  # start ID [NAME=VALUE]... -- ARGS...
   shift
   while [ $# -gt 0 ] && [ "$1" != -- ]; do envs+=("$1"); shift; done
   [ $# -gt 0 ] && shift
-  [ -x "$dir/venv/bin/lbtrain" ] || { say "launch $id is not installed here ($dir/venv/bin/lbtrain is missing)"; exit 1; }
+  [ -x "$dir/venv/bin/lbtrain" ] || {
+    say "launch $id is not installed here ($dir/venv/bin/lbtrain is missing)"
+    exit 1
+  }
   refuse_if_live
   clear_stale
   {
     echo '#!/usr/bin/env bash'
-    echo "# launch $id, written by the lbtrain worker helper; started detached (setsid nohup) so that it outlives"
+    echo "# launch $id, written by the lbtrain worker helper; started detached (setsid nohup) so" \
+      "that it outlives"
     echo "# the ssh session. Its process group is the run: a stop sends SIGTERM to all of it."
     echo "cd $(printf '%q' "$dir/src") || exit 1  # configs/ paths are relative to the source"
     echo 'stat=$(cat /proc/$$/stat); rest=${stat##*) }; set -- $rest'
-    echo "echo \"\$\$ \${20}\" >$(printf '%q' "$dir/pid.tmp") && mv $(printf '%q' "$dir/pid.tmp") $(printf '%q' "$dir/pid")"
+    echo "echo \"\$\$ \${20}\" >$(printf '%q' "$dir/pid.tmp")" \
+      "&& mv $(printf '%q' "$dir/pid.tmp") $(printf '%q' "$dir/pid")"
     for q in "${envs[@]}"; do echo "export $(printf '%q' "$q")"; done
     echo "log=$(printf '%q' "$dir/run.log")"
     printf 'args=('; [ $# -gt 0 ] && printf '%q ' "$@"; echo ')'
-    echo 'echo "== launch '"$id"' on $(hostname), $(date -u +%FT%TZ): lbtrain ${args[*]} ==" >>"$log"'
-    echo '# trapped (not ignored), so lbtrain keeps the default handlers; bash runs the trap when lbtrain has ended'
-    echo "trap 'echo \"== \$(date -u +%FT%TZ): signal received, lbtrain is stopping ==\" >>\"\$log\"' TERM INT HUP"
+    echo 'echo "== launch '"$id"' on $(hostname), $(date -u +%FT%TZ):' \
+      'lbtrain ${args[*]} ==" >>"$log"'
+    echo '# trapped (not ignored), so lbtrain keeps the default handlers; bash runs the trap when' \
+      'lbtrain has ended'
+    echo "trap 'echo \"== \$(date -u +%FT%TZ): signal received, lbtrain is stopping ==\"" \
+      ">>\"\$log\"' TERM INT HUP"
     echo "$(printf '%q' "$dir/venv/bin/lbtrain")"' "${args[@]}" >>"$log" 2>&1 </dev/null'
     echo 'rc=$?'
     echo 'echo "== $(date -u +%FT%TZ): lbtrain exited with $rc ==" >>"$log"'
-    echo "echo \"\$rc\" >$(printf '%q' "$dir/exit_code.tmp") && mv $(printf '%q' "$dir/exit_code.tmp") $(printf '%q' "$dir/exit_code")"
+    echo "echo \"\$rc\" >$(printf '%q' "$dir/exit_code.tmp")" \
+      "&& mv $(printf '%q' "$dir/exit_code.tmp") $(printf '%q' "$dir/exit_code")"
     echo 'exit "$rc"'
   } >"$dir/run.sh"
   rm -f "$dir/pid" "$dir/exit_code"
@@ -1079,7 +1504,10 @@ cmd_stop() {  # stop GRACE
       say "launch $id still running after $grace s: SIGKILL"
       kill -KILL -- "-$pid" 2>/dev/null
       sleep 0.5
-      [ -f "$dir/exit_code" ] || { echo 137 >"$dir/exit_code"; echo "== killed by stop after $grace s ==" >>"$dir/run.log"; }
+      [ -f "$dir/exit_code" ] || {
+        echo 137 >"$dir/exit_code"
+        echo "== killed by stop after $grace s ==" >>"$dir/run.log"
+      }
     fi
     say "launch $id ended: exit $(cat "$dir/exit_code" 2>/dev/null)"
   done
