@@ -82,7 +82,7 @@ def rule_sentence(points: list[tuple[float, float]], step: float = 2.0) -> str:
     res = math.log(step) / math.log(k)
     fits = [name for name, e in (("Sqrt Scaling (0.5)", 0.5), ("Linear Scaling (1)", 1.0), ("no scaling (0)", 0.0))
             if abs(alpha - e) <= res]
-    head = f"the tuned peak LR grows as batch^{alpha:.2f} (+- {res:.2f}, one grid step over x{k:g})"
+    head = f"the tuned peak LR grows as batch^{round(alpha, 2) + 0.0:.2f} (+- {res:.2f}, one grid step over x{k:g})"
     if not fits:
         return head + ": none of Sqrt Scaling (0.5), Linear Scaling (1) or no scaling (0) within the resolution."
     return head + ": within the resolution of " + " and ".join(fits) + "."
@@ -195,8 +195,11 @@ def sections(exp: Experiment, plan: Plan, s: dict) -> list[str]:
     v = verdicts(exp, plan, s)
     if v:
         lines += ["", "LEGW against the tuned LR:", ""] + [f"- {x}" for x in v]
-    if t.cost:
-        lines += ["", f"Cost: {t.cost}"]
+    spent = [r["train_time_s"] for r in s["rows"] if r["role"] in report.TUNING_ROLES and r.get("train_time_s")]
+    if t.cost or spent:
+        measured = (f" Measured so far: {len(spent)} tuning runs beside the sweep's, {sum(spent) / 60:.0f} minutes of "
+                    "training summed (two runs at a time, beside other work)." if spent else "")
+        lines += ["", f"Cost: {t.cost}{measured}"]
     return lines
 
 
