@@ -49,7 +49,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     if a.runlocal:
         config_lib.refuse_overridden(a, arg, "runlocal=True", {"corpus": "numbers"})
     corpus = "numbers" if a.runlocal else a.corpus
-    base_batch, epochs, vocab, max_len, size, beam, dropout = choose(CORPORA, corpus, "config arg corpus")
+    recipe = choose(CORPORA, corpus, "config arg corpus")
+    base_batch, epochs, vocab, max_len, size, beam, dropout = recipe
     layers, units = choose(SIZES, a.size or size, "config arg size")
 
     config = ml_collections.ConfigDict()
@@ -79,7 +80,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     config.data.sort_window = 32  # batches per length-sorting window
     config.data.num_samples = 3  # sample translations printed at each eval
     if corpus == "wmt16":
-        config.data.dir = ""  # the TFDS data_dir holding wmt16_translate/de-en (default: TFDS's own)
+        config.data.dir = ""  # TFDS data_dir holding wmt16_translate/de-en ("": TFDS's own)
         config.data.max_train_pairs = 0  # a prefix of the training split (0 = all)
     if corpus == "numbers":
         config.data.num_train = 20_000  # generated pairs for training ...

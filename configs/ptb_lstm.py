@@ -44,7 +44,8 @@ BASE_BATCH = 20
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     a = config_lib.parse_arg(arg, size="small", batch=0, scheme="legw", corpus="ptb", epochs=0.0, runlocal=False)
-    hidden, window, init_scale, dropout, epochs, rate, decay_after, clip = choose(SIZES, a.size, "config arg size")
+    size = choose(SIZES, a.size, "config arg size")
+    hidden, window, init_scale, dropout, epochs, rate, decay_after, clip = size
     if a.runlocal:
         config_lib.refuse_overridden(a, arg, "runlocal=True", {"corpus": "kjv"})
 

@@ -65,13 +65,14 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
 
     config.data = ml_collections.ConfigDict()
     config.data.name = "images"
-    config.data.source = "digits" if a.runlocal else "imagenet"  # imagenet (TFDS imagenet2012) | digits (sklearn)
-    config.data.workers = 0 if a.runlocal else 16  # grain worker processes decoding and augmenting per host
+    # imagenet (TFDS imagenet2012) | digits (sklearn, 8x8)
+    config.data.source = "digits" if a.runlocal else "imagenet"
+    config.data.workers = 0 if a.runlocal else 16  # grain processes decoding, augmenting per host
     if a.runlocal:
         config.data.test_size = 300  # stratified held-out split of the 1,797 digits
         config.data.split_seed = 0
     else:
-        config.data.dir = ""  # TFDS data_dir holding imagenet2012 (array_record); "" = TFDS's default
+        config.data.dir = ""  # TFDS data_dir holding imagenet2012 (array_record); "": TFDS's own
         config.data.image_size = 224
 
     config.model = ml_collections.ConfigDict()

@@ -73,7 +73,7 @@ def refuse_overridden(a, arg: str | None, what: str, forced: dict) -> None:
 
 def optim_config(**overrides) -> ml_collections.ConfigDict:
     """The optimizer block every application shares: the common keys, then one block per optimizer and
-    one per decay with the registry's defaults (``lbtrain.optim.hyperparameters``, ``DECAY_DEFAULTS``). Only the
+    one per decay with their defaults (``optim.hyperparameters``, ``DECAY_DEFAULTS``). Only the
     selected optimizer's and decay's blocks act; :func:`validate` refuses a value set in another one.
     ``overrides`` may be nested dicts, e.g. ``schedule=dict(decay="poly", poly=dict(power=2.0))``."""
     cfg = ml_collections.ConfigDict()
@@ -220,9 +220,9 @@ _last_validated: list[str] = []  # the JSON of the config validate last passed
 
 def validate(config) -> None:
     """Fail fast, with a one-line message naming the key, on names that do not exist, numbers out of range
-    and values that would be ignored (before any data is read). Runs once per config: the CLI validates
-    before it takes the workdir and ``setup.build`` again for every other caller, so a config equal to
-    the one last passed is not checked again (a changed one is)."""
+    and values that would be ignored (before any data is read). Runs once per config: the CLI
+    validates before it takes the workdir and ``setup.build`` again for every other caller, so a
+    config equal to the one last passed is not checked again (a changed one is)."""
     text = config.to_json_best_effort(sort_keys=True)
     if _last_validated == [text]:
         return

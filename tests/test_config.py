@@ -103,7 +103,8 @@ def test_loss_reduction_is_a_choice_read_only_by_the_tasks_that_reduce_over_toke
     with pytest.raises(config_lib.ConfigError, match="unknown loss_reduction 'mean'; valid choices: token, sequence"):
         config_lib.validate(ptb)
     ptb.loss_reduction, ptb.task = "token", "classification"
-    with pytest.raises(config_lib.ConfigError, match="^loss_reduction is not read by task='classification'"):
+    message = "^loss_reduction is not read by task='classification'"
+    with pytest.raises(config_lib.ConfigError, match=message):
         config_lib.validate(ptb)
 
 
@@ -166,8 +167,10 @@ def test_a_data_dir_the_chosen_source_does_not_read_is_refused(tmp_path):
     cfg.data.dir = str(tmp_path)
     with pytest.raises(config_lib.ConfigError) as err:
         data.make(cfg.data)
-    assert str(err.value) == ("data.dir is not read by data.corpus='kjv'; valid keys: corpus, max_train_tokens, "
-                              "vocab_size, window")
+    assert str(err.value) == (
+        "data.dir is not read by data.corpus='kjv'; valid keys: corpus, max_train_tokens, "
+        "vocab_size, window"
+    )
 
 
 def docstring_commands(path: str) -> list[list[str]]:
@@ -208,8 +211,8 @@ def test_every_command_in_a_config_docstring_names_keys_that_exist(name):
 
 
 def test_validate_checks_a_config_once_and_a_changed_one_again(monkeypatch):
-    """The CLI validates before it takes the workdir and setup.build validates for every other caller:
-    the second call on the same config does no work, a changed config is checked again."""
+    """The CLI validates before it takes the workdir and setup.build for every other caller: the
+    second call on the same config does no work, a changed config is checked again."""
     calls = []
     monkeypatch.setattr(config_lib, "_validate", calls.append)
     monkeypatch.setattr(config_lib, "_last_validated", [])

@@ -1,7 +1,7 @@
 """What every dataset and its batches share, as :class:`typing.Protocol` s with their defaults.
 
-A dataset class subclasses :class:`Dataset` (and its training batches :class:`Batches`) to inherit the
-defaults; the optional parts are spelt out here, with the value that means "not provided".
+A dataset class subclasses :class:`Dataset` (and its training batches :class:`Batches`) to inherit
+the defaults; the optional parts are spelt out here, with the value that means "not provided".
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ class Batches(Protocol):
         ...
 
     def iterate(self, start_step: int = 0) -> Iterator[Batch]:
-        """The batches of ``start_step``, ``start_step + 1``, ... (``batch_at`` of each, in order)."""
+        """The batches of ``start_step``, ``start_step + 1``, ... (``batch_at`` of each)."""
         step = start_step
         while True:
             yield self.batch_at(step)
@@ -35,11 +35,11 @@ class Batches(Protocol):
 class Dataset(Protocol):
     """A dataset: training batches, eval splits, what it counts and what the model must know of it.
 
-    Defaults: rows counted as examples, one item per row, nothing the model must share with the data,
-    no summary line.
+    Defaults: rows counted as examples, one item per row, nothing the model must share with the
+    data, no summary line.
     """
 
-    unit: str = "ex"  # what the progress line counts per second: a code of lbtrain.metrics.UNIT_NAMES
+    unit: str = "ex"  # what the progress line counts per second: a code of progress.UNIT_NAMES
     items_per_row: int = 1  # items (examples, images, tokens) per batch row
     eval_splits: tuple[str, ...]  # the splits evaluate() reports, in order
 

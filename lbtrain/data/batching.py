@@ -62,7 +62,8 @@ def process_slice(indices: np.ndarray, process_index: int, process_count: int) -
     """This process's contiguous share of a global batch (the batch must split evenly)."""
     if len(indices) % process_count:
         raise ShardingError(
-            f"global batch {len(indices)} does not split over {process_count} processes: use a multiple of {process_count}"
+            f"global batch {len(indices)} does not split over {process_count} processes: use a "
+            f"multiple of {process_count}"
         )
     per = len(indices) // process_count
     return indices[process_index * per : (process_index + 1) * per]
@@ -136,7 +137,7 @@ def eval_batches(
 
 @dataclass
 class ClassificationData(Dataset):
-    """Examples from two sources, shuffled per epoch for training and read in order for evaluation."""
+    """Examples from two sources: shuffled per epoch for training, in order for evaluation."""
 
     train: Source
     eval: Source

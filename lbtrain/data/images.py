@@ -252,21 +252,21 @@ class ImageData(Dataset):
 
 
 def digits_data(test_size: int = 300, split_seed: int = 0):
-    """(train, eval, train preprocessing, eval preprocessing) of sklearn's digits (:func:`digits`)."""
+    """(train, eval, train preprocessing, eval preprocessing) of sklearn's digits."""
     train, test = digits(test_size, split_seed)
     return RecordSource(train), RecordSource(test), digits_train, digits_eval
 
 
 def imagenet_data(dir: str = "", image_size: int = 224):
-    """(train, eval, train preprocessing, eval preprocessing) of TFDS ``imagenet2012`` from the data_dir
-    ``dir`` ("": TFDS's default), cropped to ``image_size``."""
+    """(train, eval, train preprocessing, eval preprocessing) of TFDS ``imagenet2012`` from the
+    data_dir ``dir`` ("": TFDS's default), cropped to ``image_size``."""
     size = int(image_size)
     train = RecordSource(imagenet_split("train", dir))
     valid = RecordSource(imagenet_split("validation", dir))
     return train, valid, partial(imagenet_train, size=size), partial(imagenet_eval, size=size)
 
 
-# data.source -> (train, eval, train preprocessing, eval preprocessing); each reads its own data.* keys
+# data.source -> (train, eval, train and eval preprocessing); each reads its own data.* keys
 SOURCES = {"digits": digits_data, "imagenet": imagenet_data}
 
 

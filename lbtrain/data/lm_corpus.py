@@ -1,4 +1,4 @@
-"""Word-level language-modelling corpora as id streams: ``load(corpus=..., ...) -> LanguageModelData``.
+"""Word-level language-modelling corpora as id streams: ``load(corpus=...) -> LanguageModelData``.
 
 * ``corpus="ptb"``: the standard Penn Treebank files ``ptb.train.txt``, ``ptb.valid.txt``,
   ``ptb.test.txt`` (Mikolov's preprocessed distribution, 10k vocab) from ``dir``.
@@ -60,7 +60,7 @@ def _read_text(p, name: str) -> list[list[str]]:
 
 
 def ptb_lines(dir: str = "") -> dict[str, list[list[str]]]:
-    """The PTB files' tokens per split, from the folder ``dir`` (local or ``gs://``; "": the current one)."""
+    """The PTB files' tokens per split, from the folder ``dir`` (local or ``gs://``; "": here)."""
     directory = dir
     root = rundir.path(directory or ".")
     out = {}
@@ -137,9 +137,9 @@ class LanguageModelData(Dataset):
 def encode(
     lines: dict, corpus: str, vocab_size: int, workdir: str | None = None, write: bool = True
 ) -> Corpus:
-    """Build the vocabulary of ``vocab_size`` words on ``lines["train"]`` (or reuse the workdir's, if it
-    was built from the same training text and size) and encode every split. Only a ``write`` process
-    saves the vocabulary."""
+    """Build the vocabulary of ``vocab_size`` words on ``lines["train"]`` (or reuse the workdir's,
+    if it was built from the same training text and size) and encode every split. Only a ``write``
+    process saves the vocabulary."""
 
     def build() -> bytes:
         return Vocab.build(lines["train"], vocab_size).to_bytes()
@@ -170,9 +170,9 @@ def load(
     is_writer: bool = True,
     **corpus_args,
 ) -> LanguageModelData:
-    """The corpus ``corpus`` (a key of :data:`CORPORA`; ``corpus_args`` are the keys it reads) as id
-    streams read ``window`` tokens at a time, the training stream cut to ``max_train_tokens`` (0: all).
-    The vocabulary is saved in ``workdir`` by the ``is_writer`` process."""
+    """The corpus ``corpus`` (a key of :data:`CORPORA`; ``corpus_args`` are the keys it reads) as
+    id streams read ``window`` tokens at a time, the training stream cut to ``max_train_tokens``
+    (0: all). The vocabulary is saved in ``workdir`` by the ``is_writer`` process."""
     also = registry.config_keys(load, ("workdir", "is_writer"))
     lines = registry.make(
         CORPORA, {"corpus": corpus, **corpus_args}, path="data", key="corpus", also=also

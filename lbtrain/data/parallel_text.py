@@ -1,4 +1,4 @@
-"""Sentence-aligned parallel corpora as raw text: ``load_pairs(corpus=...) -> {split: (sources, targets)}``.
+"""Sentence-aligned parallel corpora as raw text: ``load_pairs(corpus=...) -> {split: pairs}``.
 
 * ``corpus="wmt16"``: TFDS ``wmt16_translate/de-en`` read by random access with ``tfds.data_source``
   (no TensorFlow). Splits: train, valid = ``validation`` (newstest2015), test = ``test`` (newstest2016).
@@ -53,8 +53,8 @@ def _text(record: dict, key: str) -> str:
 def wmt16_pairs(
     source_lang: str, target_lang: str, dir: str = "", max_train_pairs: int = 0
 ) -> dict[str, Pairs]:
-    """WMT16 en-de from the TFDS data_dir ``dir`` ("": TFDS's default); the first ``max_train_pairs``
-    training pairs (0: all)."""
+    """WMT16 en-de from the TFDS data_dir ``dir`` ("": TFDS's default); the first
+    ``max_train_pairs`` training pairs (0: all)."""
     import tensorflow_datasets.translate  # noqa: F401  registers the legacy wmt16 builder
 
     from lbtrain.data.tfds_split import open_split
@@ -120,8 +120,8 @@ def numbers_pairs(
     numbers_per_sentence: int = 3,
     split_seed: int = 0,
 ) -> dict[str, Pairs]:
-    """``num_train`` training and ``num_eval`` valid and test sentences of numbers spelt out (see the
-    module docstring), drawn from ``split_seed``."""
+    """``num_train`` training and ``num_eval`` valid and test sentences of numbers spelt out (see
+    the module docstring), drawn from ``split_seed``."""
     try:
         from num2words import num2words
     except ImportError as e:
@@ -162,8 +162,8 @@ CORPORA = {"wmt16": wmt16_pairs, "bible": bible_pairs, "numbers": numbers_pairs}
 def load_pairs(
     *, corpus: str, source_lang: str = "en", target_lang: str = "de", also=(), **corpus_args
 ) -> dict[str, Pairs]:
-    """The pairs of ``corpus`` (a key of :data:`CORPORA`; ``corpus_args`` are the keys it reads) in the
-    direction ``source_lang -> target_lang``. ``also``: keys of the caller, listed in an error."""
+    """The pairs of ``corpus`` (a key of :data:`CORPORA`; ``corpus_args`` are the keys it reads) in
+    the direction ``source_lang -> target_lang``. ``also``: the caller's keys, for errors."""
     block = {"corpus": corpus, **corpus_args}
     also = (*also, "source_lang", "target_lang")
     return registry.make(

@@ -233,10 +233,11 @@ def load(
     is_writer: bool = True,
     **corpus_args,
 ) -> TranslationData:
-    """Read ``corpus`` (a key of :data:`parallel_text.CORPORA`; ``corpus_args`` are the keys it reads),
-    train (or reuse the workdir's) subword model of ``vocab_size`` pieces, encode, and leave out training
-    pairs over ``max_len`` subwords; eval sources are truncated at ``max_eval_len`` (0: 2 x max_len) and
-    the valid split cut to ``max_eval_examples`` (0: all). Only the ``is_writer`` process saves."""
+    """Read ``corpus`` (a key of :data:`parallel_text.CORPORA`; ``corpus_args`` are the keys it
+    reads), train (or reuse the workdir's) subword model of ``vocab_size`` pieces, encode, and leave
+    out training pairs over ``max_len`` subwords; eval sources are truncated at ``max_eval_len`` (0:
+    2 x max_len) and the valid split cut to ``max_eval_examples`` (0: all). Only the ``is_writer``
+    process saves."""
     also = registry.config_keys(load, ("workdir", "is_writer"))
     pairs = parallel_text.load_pairs(
         corpus=corpus, source_lang=source_lang, target_lang=target_lang, also=also, **corpus_args

@@ -79,7 +79,8 @@ class GNMT(nnx.Module):
         dtype=None,
         param_dtype=jnp.float32,
     ):
-        dtype, param_dtype = resolve(dtype, "model.dtype"), resolve(param_dtype, "model.param_dtype")
+        dtype = resolve(dtype, "model.dtype")
+        param_dtype = resolve(param_dtype, "model.param_dtype")
         if num_layers < 2:
             raise ConfigError(f"model.num_layers={num_layers}: GNMT needs num_layers >= 2 (a bidirectional layer and "
                               "one above)")

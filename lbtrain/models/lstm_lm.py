@@ -33,7 +33,8 @@ class LSTMLanguageModel(nnx.Module):
         param_dtype=jnp.float32,
         custom_backward: bool = True,
     ):
-        dtype, param_dtype = resolve(dtype, "model.dtype"), resolve(param_dtype, "model.param_dtype")
+        dtype = resolve(dtype, "model.dtype")
+        param_dtype = resolve(param_dtype, "model.param_dtype")
         shifted = symmetric_uniform(init_scale, param_dtype)
         self.dtype = dtype
         self.tie_embeddings = tie_embeddings

@@ -26,7 +26,8 @@ class MnistLSTM(nnx.Module):
         dtype=None,
         param_dtype=jnp.float32,
     ):
-        dtype, param_dtype = resolve(dtype, "model.dtype"), resolve(param_dtype, "model.param_dtype")
+        dtype = resolve(dtype, "model.dtype")
+        param_dtype = resolve(param_dtype, "model.param_dtype")
         self.row_size = row_size
         self.lstm = LSTM(row_size, hidden_size, rngs=rngs, unroll=unroll, dtype=dtype, param_dtype=param_dtype)
         self.head = nnx.Linear(hidden_size, num_classes, rngs=rngs, dtype=dtype, param_dtype=param_dtype)

@@ -10,8 +10,8 @@ compute exactly what 1 device does. (With ``accum_steps > 1`` each micro-batch i
 statistics, like a smaller global batch.) Running averages live in ``nnx.BatchStat`` variables (the train
 state's ``model_state``). ``zero_init_last_bn`` starts each block's last BN scale at 0, so every residual
 block begins as the identity (Goyal et al. 2017). ``dtype`` is the compute dtype (bfloat16 on
-accelerators), ``param_dtype`` the parameters' (float32 by default); BN statistics and the logits stay
-float32.
+accelerators), ``param_dtype`` the parameters' (float32 by default); BN statistics and the logits
+stay float32.
 
 Parameter names decide the LARS / weight-decay masks (:mod:`lbtrain.optim.masks`): convolution and
 dense ``kernel`` leaves have ndim >= 2 and get both; BN ``scale``/``bias`` and the dense ``bias`` have
@@ -51,8 +51,10 @@ def _bn(features, rngs, dtype, param_dtype, zero_scale=False):
 class Block(nnx.Module):
     """A residual block: basic (two 3x3) or bottleneck (1x1, 3x3 with the stride, 1x1 to 4x channels)."""
 
-    def __init__(self, in_ch: int, ch: int, stride: int, kind: str, *, rngs, dtype, param_dtype=jnp.float32,
-                 zero_init_last_bn: bool):
+    def __init__(
+        self, in_ch: int, ch: int, stride: int, kind: str, *, rngs, dtype, param_dtype=jnp.float32,
+        zero_init_last_bn: bool,
+    ):
         conv = partial(nnx.Conv, use_bias=False, kernel_init=_conv_init, dtype=dtype,
                        param_dtype=param_dtype, rngs=rngs)
         self.kind = kind
@@ -98,7 +100,8 @@ class ResNet(nnx.Module):
         dtype=None,
         param_dtype=jnp.float32,
     ):
-        dtype, param_dtype = resolve(dtype, "model.dtype"), resolve(param_dtype, "model.param_dtype")
+        dtype = resolve(dtype, "model.dtype")
+        param_dtype = resolve(param_dtype, "model.param_dtype")
         kind, counts = choose(STAGES, depth, "model.depth")
         choose(STEMS, stem, "model.stem")
         self.stem_kind, self.dtype, self.label_smoothing = stem, dtype, label_smoothing
@@ -113,13 +116,17 @@ class ResNet(nnx.Module):
             ch = width * 2**stage
             for i in range(count):
                 stride = 2 if stage > 0 and i == 0 else 1
-                block = Block(in_ch, ch, stride, kind, rngs=rngs, dtype=dtype, param_dtype=param_dtype,
-                              zero_init_last_bn=zero_init_last_bn)
+                block = Block(
+                    in_ch, ch, stride, kind, rngs=rngs, dtype=dtype, param_dtype=param_dtype,
+                    zero_init_last_bn=zero_init_last_bn,
+                )
                 blocks.append(block)
                 in_ch = ch * 4 if kind == "bottleneck" else ch
         self.blocks = nnx.List(blocks)
-        self.head = nnx.Linear(in_ch, num_classes, kernel_init=nnx.initializers.normal(0.01), dtype=dtype,
-                               param_dtype=param_dtype, rngs=rngs)
+        self.head = nnx.Linear(
+            in_ch, num_classes, kernel_init=nnx.initializers.normal(0.01), dtype=dtype,
+            param_dtype=param_dtype, rngs=rngs,
+        )
 
     def __call__(self, images: jax.Array) -> jax.Array:
         """``images`` (B, H, W, C) float (normalised) -> logits (B, num_classes) float32."""

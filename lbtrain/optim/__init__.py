@@ -65,8 +65,9 @@ from lbtrain.optim.schedules import (
 )
 
 __all__ = [
-    "DECAYS", "DECAY_DEFAULTS", "FACTS", "LR_RULES", "MASK_DEFAULTS", "OPTIMIZERS", "SCHEMES", "WARMUP_RULES",
-    "NoiseScaleAverager", "OptimPlan", "ParamMask", "StaticMask", "TrustRatioState", "add_decayed_weights",
+    "DECAYS", "DECAY_DEFAULTS", "FACTS", "LR_RULES", "MASK_DEFAULTS", "OPTIMIZERS", "SCHEMES",
+    "WARMUP_RULES", "NoiseScaleAverager", "OptimPlan", "ParamMask", "StaticMask", "TrustRatioState",
+    "add_decayed_weights",
     "applies_weight_decay", "base_optimizer", "current_lr", "decay_arguments", "default_mask",
     "epochs_to_steps", "has_trust_ratio", "hyperparameters", "lamb", "lars",
     "legw_schedule", "make", "make_schedule", "map_params_with_path", "masked_paths", "noise_scale_terms", "param_mask",

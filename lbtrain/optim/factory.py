@@ -50,7 +50,8 @@ def _adagrad(learning_rate, initial_accumulator_value=0.1, eps=1e-7):
 
 
 def _rmsprop(learning_rate, decay=0.9, eps=1e-8, momentum=0.0):
-    return optax.rmsprop(learning_rate, decay=float(decay), eps=float(eps), momentum=float(momentum) or None)
+    momentum = float(momentum) or None
+    return optax.rmsprop(learning_rate, decay=float(decay), eps=float(eps), momentum=momentum)
 
 
 def _adadelta(learning_rate, rho=0.9, eps=1e-6):
@@ -76,8 +77,9 @@ def _lamb(learning_rate, b1=0.9, b2=0.999, eps=1e-6, *, weight_decay, weight_dec
 
 # name -> constructor(learning_rate, **its hyper-parameters, **the facts it names). The keyword
 # parameters with a default are the block ``optim.<name>`` and its defaults; the facts are FACTS: an
-# optimizer that names ``weight_decay`` applies it itself (decoupled, or in its own formula; any other
-# gets L2 added to the gradient under the mask), one that names ``trust_ratio_mask`` has a trust ratio.
+# optimizer that names ``weight_decay`` applies it itself (decoupled, or in its own formula; any
+# other gets L2 added to the gradient under the mask), one that names ``trust_ratio_mask`` has a
+# trust ratio.
 OPTIMIZERS: dict[str, Callable[..., optax.GradientTransformation]] = {
     "sgd": _sgd,
     "momentum": _momentum,
@@ -97,7 +99,7 @@ def _parameters(name: str) -> dict[str, inspect.Parameter]:
 
 
 def hyperparameters(name: str) -> dict[str, Any]:
-    """The hyper-parameters of the optimizer ``name`` and their defaults (its block ``optim.<name>``)."""
+    """The hyper-parameters of the optimizer ``name`` with their defaults (``optim.<name>``)."""
     return {k: p.default for k, p in _parameters(name).items() if k not in FACTS}
 
 
@@ -107,7 +109,7 @@ def applies_weight_decay(name: str) -> bool:
 
 
 def has_trust_ratio(name: str) -> bool:
-    """Whether the optimizer ``name`` scales its updates by a layer-wise trust ratio (LARS, LAMB)."""
+    """Whether the optimizer ``name`` scales its updates by a trust ratio (LARS, LAMB)."""
     return "trust_ratio_mask" in _parameters(name)
 
 
@@ -187,7 +189,8 @@ def base_optimizer(name: str, learning_rate: optax.ScalarOrSchedule, cfg) -> opt
     facts = dict(learning_rate=learning_rate, weight_decay=wd, weight_decay_mask=wd_mask,
                  trust_ratio_mask=trust_mask)
     params = _parameters(name)
-    opt = build(**{k: getattr(hp, k) for k in defaults}, **{k: v for k, v in facts.items() if k in params})
+    given = {k: v for k, v in facts.items() if k in params}
+    opt = build(**{k: getattr(hp, k) for k in defaults}, **given)
     if wd and not applies_weight_decay(name):
         opt = optax.chain(optax.add_decayed_weights(wd, mask=wd_mask), opt)
     return opt

@@ -2,12 +2,13 @@
 
 The interface is :class:`Task`, a :class:`typing.Protocol` with defaults: ``init_carry(model,
 batch_size)`` (state carried between batches, or None), ``loss(model, batch, carry) -> (sum, count,
-carry)`` (the step trains on sum / count over the global batch), ``eval_metrics(model, batch, carry) ->
-(sums, carry)``, ``summarize(sums) -> metrics`` and ``evaluator(...)``, which builds the jitted function
-the loop calls at each evaluation. The loop only asks an evaluator for metrics; what "evaluate" means
-(accuracy, perplexity over the carried-state stream, decoding + BLEU) is the task's. A task whose loss
-may count sequences is a :class:`CountsTokens`: its ``token_count(batch)`` gives the real tokens, so the
-step also logs ``loss_per_token``; every other task keeps :meth:`Task.token_count`'s None.
+carry)`` (the step trains on sum / count over the global batch), ``eval_metrics(model, batch, carry)
+-> (sums, carry)``, ``summarize(sums) -> metrics`` and ``evaluator(...)``, which builds the jitted
+function the loop calls at each evaluation. The loop only asks an evaluator for metrics; what
+"evaluate" means (accuracy, perplexity over the carried-state stream, decoding + BLEU) is the
+task's. A task whose loss may count sequences is a :class:`CountsTokens`: its ``token_count(batch)``
+gives the real tokens, so the step also logs ``loss_per_token``; every other task keeps
+:meth:`Task.token_count`'s None.
 """
 
 from __future__ import annotations
@@ -83,7 +84,7 @@ class Task(Protocol):
         return None
 
     def token_count(self, batch: dict) -> jax.Array | None:
-        """The real tokens of ``batch`` when the loss counts sequences; None here (see CountsTokens)."""
+        """The real tokens of ``batch`` if the loss counts sequences; here None (CountsTokens)."""
         return None
 
     def evaluator(self, graphdef, data, mesh, eval_batch: int, params, model_state):

@@ -27,7 +27,7 @@ REDUCTIONS = {"token": "token", "sequence": "sequence"}
 
 
 class LanguageModelTask(CountsTokens):
-    """Reads the config key ``loss_reduction`` (``token`` | ``sequence``, see the module docstring)."""
+    """Reads the config key ``loss_reduction`` (``token`` | ``sequence``: see the module doc)."""
 
     def __init__(self, loss_reduction: str = "token"):
         self.reduction = choose(REDUCTIONS, loss_reduction, "loss_reduction")

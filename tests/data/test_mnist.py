@@ -47,5 +47,6 @@ def test_missing_tfds_data_is_one_clear_error(tmp_path):
 def test_unknown_names():
     with pytest.raises(ConfigError, match="unknown data.name 'cifar'; valid choices: mnist"):
         data.make(ConfigDict({"name": "cifar", "source": "embedded"}))
-    with pytest.raises(ConfigError, match="^unknown data.source .kaggle.; valid choices: embedded, tfds$"):
+    message = "^unknown data.source .kaggle.; valid choices: embedded, tfds$"
+    with pytest.raises(ConfigError, match=message):
         data.make(ConfigDict({"name": "mnist", "source": "kaggle"}))

@@ -16,7 +16,8 @@ def numbers_keys(**kw) -> dict:
 
 def cfg(**kw) -> dict:
     """The ``data`` keys of small translation data over :func:`numbers_keys`."""
-    return dict(numbers_keys(), **dict(dict(vocab_size=120, max_len=40, bucket_width=8, sort_window=4), **kw))
+    sizes = dict(vocab_size=120, max_len=40, bucket_width=8, sort_window=4)
+    return dict(numbers_keys(), **dict(sizes, **kw))
 
 
 def test_numbers_corpus_is_deterministic_disjoint_and_spelt_by_num2words():
@@ -95,8 +96,9 @@ def test_processes_get_their_slices_of_the_same_padded_global_batch(tmp_path):
 
 def test_long_pairs_are_counted_and_eval_sources_truncated(tmp_path):
     data = translation.load(**cfg(max_len=12, max_eval_len=10), workdir=str(tmp_path))
-    src_len = [len(data.processor.encode(s)) for s in parallel_text.load_pairs(**numbers_keys())["train"][0]]
-    tgt_len = [len(data.processor.encode(s)) for s in parallel_text.load_pairs(**numbers_keys())["train"][1]]
+    train = parallel_text.load_pairs(**numbers_keys())["train"]
+    src_len = [len(data.processor.encode(s)) for s in train[0]]
+    tgt_len = [len(data.processor.encode(s)) for s in train[1]]
     expected = sum(a > 12 or b > 12 for a, b in zip(src_len, tgt_len))
     assert data.dropped == expected > 0
     assert data.num_train == 600 - expected
