@@ -165,8 +165,7 @@ def train_all(exp, plan, runs_dir: str, results_dir: str, only: list[str], jobs:
                 run = running.pop(future)
                 name, status = future.result()
                 published = publish(run, runs_dir, results_dir)
-                if not published:
-                    skipped.add(name)
+                skipped.add(name)  # published now, or crashed: either way not started again here
                 print(f"{name}: {status}{' (published)' if published else ''}", flush=True)
 
 

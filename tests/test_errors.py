@@ -35,7 +35,7 @@ CASES = {
                           "PTB file ptb.train.txt not found in '/nonexistent/ptb'"),
     "WMT16 not prepared": (["--config=configs/gnmt.py:corpus=wmt16,size=tiny", "--config.data.dir=/nonexistent/tfds"],
                            "TFDS dataset 'wmt16_translate/de-en' split 'train' is not prepared in /nonexistent/tfds: run `tfds build"),
-    "unknown corpus": (["--config=configs/gnmt.py:corpus=europarl"], "unknown corpus 'europarl'; valid choices: wmt16, bible, numbers"),
+    "unknown corpus": (["--config=configs/gnmt.py:corpus=europarl"], "unknown config arg corpus 'europarl'; valid choices: wmt16, bible, numbers"),
     "missing config file": (["--config=configs/gnmt_typo.py"], "config file 'configs/gnmt_typo.py' not found"),
 }  # fmt: skip
 
