@@ -82,7 +82,9 @@ def rule_sentence(points: list[tuple[float, float]], step: float = 2.0) -> str:
     res = math.log(step) / math.log(k)
     fits = [name for name, e in (("Sqrt Scaling (0.5)", 0.5), ("Linear Scaling (1)", 1.0), ("no scaling (0)", 0.0))
             if abs(alpha - e) <= res]
-    head = f"the tuned peak LR grows as batch^{round(alpha, 2) + 0.0:.2f} (+- {res:.2f}, one grid step over x{k:g})"
+    seen = ", ".join(f"{report.fmt(lr, 3)} at {b}" for b, lr in sorted(points))
+    head = (f"tuned peak LR {seen}: it grows as batch^{round(alpha, 2) + 0.0:.2f} (least squares; +- {res:.2f}, "
+            f"one grid step over x{k:g})")
     if not fits:
         return head + ": none of Sqrt Scaling (0.5), Linear Scaling (1) or no scaling (0) within the resolution."
     return head + ": within the resolution of " + " and ".join(fits) + "."

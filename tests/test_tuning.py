@@ -124,7 +124,9 @@ def test_the_page_holds_the_tuned_cell_the_rule_and_the_verdict(tmp_path):
     # the tuned LR went 0.1 -> 0.8 over x4 the batch: exponent log(8) / log(4) = 1.5, resolution log 2 / log 4
     pts = [(10, 0.1), (40, 0.8)]
     assert math.isclose(report_tuning.optimum_exponent(pts), 1.5)
-    assert report_tuning.rule_sentence(pts).endswith("within the resolution of Linear Scaling (1).")
+    assert report_tuning.rule_sentence(pts) == ("tuned peak LR 0.1 at 10, 0.8 at 40: it grows as batch^1.50 (least "
+                                                "squares; +- 0.50, one grid step over x4): within the resolution of "
+                                                "Linear Scaling (1).")
     verdicts = report_tuning.verdicts(exp, exp.local, s)
     assert verdicts[1] == ("40: LEGW 0.79 (target 0/2), tuned 0.86 at x4 its peak LR (target 0/2); gap 0.07: "
                            "the failure is the budget's (the tuned LR reaches it with x2 the epochs).")
