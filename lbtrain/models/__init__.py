@@ -17,10 +17,10 @@ from lbtrain.models.resnet import ResNet
 MODELS = {"mnist_lstm": MnistLSTM, "lstm_lm": LSTMLanguageModel, "gnmt": GNMT, "resnet": ResNet}
 
 
-# name -> (config -> elements of one training step's largest activation), for host_malloc=auto (hostmem):
-# the logits of a language or translation model, an LSTM's gate pre-activations over its 28 image rows,
-# a ResNet's first stage (8x8 digits keep their size through the small stem). A rough size, not a memory
-# plan: XLA's scratch for the step holds several such buffers.
+# name -> (config -> elements of one training step's largest activation), for host_malloc=auto
+# (hostmem): the logits of a language or translation model, an LSTM's gate pre-activations over its
+# 28 image rows, a ResNet's first stage (8x8 digits keep their size through the small stem). A rough
+# size, not a memory plan: XLA's scratch for the step holds several such buffers.
 _LARGEST_ACTIVATION = {
     "lstm_lm": lambda c: (
         c.batch_size * c.data.window * max(c.model.vocab_size, 4 * c.model.hidden_size)
@@ -38,9 +38,9 @@ _LARGEST_ACTIVATION = {
 
 
 def activation_bytes(config) -> int:
-    """Float32 bytes of the largest activation of one training step of ``config`` (a whole run config), by
-    a rough per-model formula; 0 for a model without one (then ``host_malloc=auto`` keeps the C library's
-    defaults)."""
+    """Float32 bytes of the largest activation of one training step of ``config`` (a whole run
+    config), by a rough per-model formula; 0 for a model without one (then ``host_malloc=auto``
+    keeps the C library's defaults)."""
     estimate = _LARGEST_ACTIVATION.get(config.model.name)
     return 4 * int(estimate(config)) if estimate is not None else 0
 

@@ -3,7 +3,8 @@
 Why it is fast: the input projection ``x @ W_x + b`` for *all* timesteps is one large matmul outside
 the time loop, and each step of the ``lax.scan`` does one fused ``h @ W_h`` for the four gates.
 
-Parameter layout (what one "layer" is for LARS/LAMB trust ratios and masks), gate order ``i, f, g, o``:
+Parameter layout (what one "layer" is for LARS/LAMB trust ratios and masks), gate order ``i, f, g,
+o``:
 
 =====================  ============  ==================================================
 leaf                   shape         role
@@ -30,7 +31,8 @@ Carry = tuple[jax.Array, jax.Array]  # (c, h), each (batch, hidden)
 
 
 def symmetric_uniform(scale: float, param_dtype=jnp.float32):
-    """Initializer drawing from ``U(-scale, scale)`` (the LSTM LM and GNMT recipes' init for every weight)."""
+    """Initializer drawing from ``U(-scale, scale)`` (the LSTM LM and GNMT recipes' init for every
+    weight)."""
     init = nnx.initializers.uniform(2 * scale)
     return lambda key, shape, dtype=param_dtype: init(key, shape, dtype) - scale
 
@@ -40,7 +42,8 @@ class LSTM(nnx.Module):
 
     ``dtype`` is the compute dtype of the matmuls (e.g. bfloat16 on accelerators); gate arithmetic
     and the cell state stay in float32. ``unroll`` is passed to ``lax.scan``. ``custom_backward``
-    selects the hand-written backward pass of :func:`lstm_recurrence` (same numbers, fewer small matmuls).
+    selects the hand-written backward pass of :func:`lstm_recurrence` (same numbers, fewer small
+    matmuls).
     """
 
     def __init__(
@@ -63,19 +66,23 @@ class LSTM(nnx.Module):
         self.custom_backward = custom_backward
         self.dtype = dtype
         self.input_kernel = nnx.Param(kernel_init(rngs.params(), (in_features, h4), param_dtype))
-        self.recurrent_kernel = nnx.Param(recurrent_init(rngs.params(), (hidden_size, h4), param_dtype))
+        self.recurrent_kernel = nnx.Param(
+            recurrent_init(rngs.params(), (hidden_size, h4), param_dtype)
+        )
         bias = jnp.zeros((h4,), param_dtype).at[hidden_size : 2 * hidden_size].set(forget_bias)
         self.bias = nnx.Param(bias)
 
     def initial_state(self, batch_size: int) -> Carry:
         shape = (batch_size, self.hidden_size)
-        return jnp.zeros(shape, jnp.float32), jnp.zeros(shape, jnp.float32)  # two buffers: both get donated
+        # two buffers: both get donated
+        return jnp.zeros(shape, jnp.float32), jnp.zeros(shape, jnp.float32)
 
     def __call__(
         self, inputs: jax.Array, initial_state: Carry | None = None, *, time_major: bool = False
     ) -> tuple[jax.Array, Carry]:
-        """``inputs``: ``(batch, time, features)``, or ``(time, batch, features)`` with ``time_major``
-        (the outputs follow the same layout; stacks stay time-major to avoid transposes)."""
+        """``inputs``: ``(batch, time, features)``, or ``(time, batch, features)`` with
+        ``time_major`` (the outputs follow the same layout; stacks stay time-major to avoid
+        transposes)."""
         if inputs.ndim != 3:
             raise ValueError(f"LSTM expects (batch, time, features), got shape {inputs.shape}")
         dtype = self.dtype or self.input_kernel[...].dtype
@@ -121,13 +128,14 @@ def _forward(xw, w_h, b, c0, h0, unroll, keep):
 def lstm_recurrence(xw, w_h, b, c0, h0, unroll=1):
     """The LSTM time loop given the hoisted input projections.
 
-    ``xw``: ``(T, B, 4H)`` float32 = ``x_t @ W_x`` for every step; ``w_h``: ``(H, 4H)`` in the compute
-    dtype; ``b``: ``(4H,)`` float32; ``c0``, ``h0``: ``(B, H)`` float32. Returns ``(hs (T, B, H), c_T, h_T)``.
+    ``xw``: ``(T, B, 4H)`` float32 = ``x_t @ W_x`` for every step; ``w_h``: ``(H, 4H)`` in the
+    compute dtype; ``b``: ``(4H,)`` float32; ``c0``, ``h0``: ``(B, H)`` float32. Returns ``(hs (T,
+    B, H), c_T, h_T)``.
 
     Its backward pass (a custom VJP) runs the reverse time loop only for what is sequential (the
     gate gradients and ``dz_t @ W_h^T``), then forms the recurrent weight gradient as *one* matmul
-    over all timesteps, ``dW_h = sum_t h_{t-1}^T dz_t``, instead of T small accumulations. The forward
-    pass keeps ``c_{t-1}`` per step; the backward loop carries ``c_t`` down from ``c_T``.
+    over all timesteps, ``dW_h = sum_t h_{t-1}^T dz_t``, instead of T small accumulations. The
+    forward pass keeps ``c_{t-1}`` per step; the backward loop carries ``c_t`` down from ``c_T``.
     """
     (c, h), hs = _forward(xw, w_h, b, c0, h0, unroll, keep=False)
     return hs, c, h
@@ -151,14 +159,27 @@ def _recurrence_bwd(unroll, residuals, cotangents):
         tanh_c = jnp.tanh(c)
         dc = dc + dh * o * (1.0 - tanh_c * tanh_c)
         dz = jnp.concatenate(
-            [dc * g * i * (1.0 - i), dc * cp * f * (1.0 - f), dc * i * (1.0 - g * g), dh * tanh_c * o * (1.0 - o)], -1
+            [
+                dc * g * i * (1.0 - i),
+                dc * cp * f * (1.0 - f),
+                dc * i * (1.0 - g * g),
+                dh * tanh_c * o * (1.0 - o),
+            ],
+            -1,
         )
         dh_prev = jnp.dot(dz.astype(w_h.dtype), w_h.T).astype(jnp.float32)
         return (dc * f, dh_prev, cp), dz
 
-    (dc0, dh0, _), dz = jax.lax.scan(step, (d_c, d_h, c_last), (d_hs.astype(jnp.float32), c_prev, gates),
-                                     reverse=True, unroll=unroll)  # fmt: skip
-    d_w_h = jnp.einsum("tbh,tbg->hg", h_prev.astype(w_h.dtype), dz.astype(w_h.dtype)).astype(w_h.dtype)
+    (dc0, dh0, _), dz = jax.lax.scan(
+        step,
+        (d_c, d_h, c_last),
+        (d_hs.astype(jnp.float32), c_prev, gates),
+        reverse=True,
+        unroll=unroll,
+    )
+    d_w_h = jnp.einsum("tbh,tbg->hg", h_prev.astype(w_h.dtype), dz.astype(w_h.dtype)).astype(
+        w_h.dtype
+    )
     return dz, d_w_h, jnp.sum(dz, axis=(0, 1)), dc0, dh0
 
 
@@ -185,11 +206,17 @@ class LSTMStack(nnx.Module):
         self.dropout = nnx.Dropout(dropout, rngs=rngs)
 
     def __call__(
-        self, inputs: jax.Array, initial_state: Sequence[Carry] | None = None, *, time_major: bool = False
+        self,
+        inputs: jax.Array,
+        initial_state: Sequence[Carry] | None = None,
+        *,
+        time_major: bool = False,
     ) -> tuple[jax.Array, list[Carry]]:
         x, finals = inputs, []
         for i, layer in enumerate(self.layers):
-            x, carry = layer(x, None if initial_state is None else initial_state[i], time_major=time_major)
+            x, carry = layer(
+                x, None if initial_state is None else initial_state[i], time_major=time_major
+            )
             x = self.dropout(x)
             finals.append(carry)
         return x, finals

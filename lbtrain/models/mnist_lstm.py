@@ -29,12 +29,18 @@ class MnistLSTM(nnx.Module):
         dtype = resolve(dtype, "model.dtype")
         param_dtype = resolve(param_dtype, "model.param_dtype")
         self.row_size = row_size
-        self.lstm = LSTM(row_size, hidden_size, rngs=rngs, unroll=unroll, dtype=dtype, param_dtype=param_dtype)
-        self.head = nnx.Linear(hidden_size, num_classes, rngs=rngs, dtype=dtype, param_dtype=param_dtype)
+        self.lstm = LSTM(
+            row_size, hidden_size, rngs=rngs, unroll=unroll, dtype=dtype, param_dtype=param_dtype
+        )
+        self.head = nnx.Linear(
+            hidden_size, num_classes, rngs=rngs, dtype=dtype, param_dtype=param_dtype
+        )
 
     def __call__(self, images: jax.Array) -> jax.Array:
         if images.ndim != 3 or images.shape[-1] != self.row_size:
-            raise ValueError(f"MnistLSTM expects (batch, rows, {self.row_size}) images, got {images.shape}")
+            raise ValueError(
+                f"MnistLSTM expects (batch, rows, {self.row_size}) images, got {images.shape}"
+            )
         x = images.astype(jnp.float32) / 255.0
         _, (_, h_last) = self.lstm(x)
         return self.head(h_last).astype(jnp.float32)

@@ -1,21 +1,23 @@
-"""ResNet v1.5 (He et al. 2016, with the stride-2 on the 3x3 convolution of the bottleneck) in Flax NNX.
+"""ResNet v1.5 (He et al. 2016, with the stride-2 on the 3x3 convolution of the bottleneck) in Flax
+NNX.
 
-``depth`` 18/34 use basic blocks, 50/101/152 bottlenecks. ``stem="imagenet"`` is the 7x7/2 convolution
-and 3x3/2 max-pool for 224x224 inputs; ``stem="small"`` a 3x3/1 convolution without pooling, for tiny
-images (8x8 digits, CIFAR). ``width`` scales every stage's channels (64 at full size).
+``depth`` 18/34 use basic blocks, 50/101/152 bottlenecks. ``stem="imagenet"`` is the 7x7/2
+convolution and 3x3/2 max-pool for 224x224 inputs; ``stem="small"`` a 3x3/1 convolution without
+pooling, for tiny images (8x8 digits, CIFAR). ``width`` scales every stage's channels (64 at full
+size).
 
 BatchNorm statistics are taken over the whole batch the step sees: under ``jax.jit`` with the batch
-sharded along ``'data'`` that is the *global* batch (XLA inserts the cross-device reduction), so 8 devices
-compute exactly what 1 device does. (With ``accum_steps > 1`` each micro-batch is normalised by its own
-statistics, like a smaller global batch.) Running averages live in ``nnx.BatchStat`` variables (the train
-state's ``model_state``). ``zero_init_last_bn`` starts each block's last BN scale at 0, so every residual
-block begins as the identity (Goyal et al. 2017). ``dtype`` is the compute dtype (bfloat16 on
-accelerators), ``param_dtype`` the parameters' (float32 by default); BN statistics and the logits
-stay float32.
+sharded along ``'data'`` that is the *global* batch (XLA inserts the cross-device reduction), so 8
+devices compute exactly what 1 device does. (With ``accum_steps > 1`` each micro-batch is normalised
+by its own statistics, like a smaller global batch.) Running averages live in ``nnx.BatchStat``
+variables (the train state's ``model_state``). ``zero_init_last_bn`` starts each block's last BN
+scale at 0, so every residual block begins as the identity (Goyal et al. 2017). ``dtype`` is the
+compute dtype (bfloat16 on accelerators), ``param_dtype`` the parameters' (float32 by default); BN
+statistics and the logits stay float32.
 
 Parameter names decide the LARS / weight-decay masks (:mod:`lbtrain.optim.masks`): convolution and
-dense ``kernel`` leaves have ndim >= 2 and get both; BN ``scale``/``bias`` and the dense ``bias`` have
-ndim 1 and get neither, as in the paper's recipe.
+dense ``kernel`` leaves have ndim >= 2 and get both; BN ``scale``/``bias`` and the dense ``bias``
+have ndim 1 and get neither, as in the paper's recipe.
 """
 
 from __future__ import annotations
@@ -37,33 +39,61 @@ STAGES = {
     152: ("bottleneck", (3, 8, 36, 3)),
 }
 STEMS = {"imagenet": "7x7/2 convolution + 3x3/2 max-pool", "small": "3x3/1 convolution, no pooling"}
-_conv_init = nnx.initializers.variance_scaling(2.0, "fan_out", "normal")  # He init, as in the reference
+# He init, as in the reference
+_conv_init = nnx.initializers.variance_scaling(2.0, "fan_out", "normal")
 
 
 def _bn(features, rngs, dtype, param_dtype, zero_scale=False):
     scale_init = nnx.initializers.zeros if zero_scale else nnx.initializers.ones
     return nnx.BatchNorm(
-        features, momentum=0.9, epsilon=1e-5, dtype=dtype, param_dtype=param_dtype, rngs=rngs,
+        features,
+        momentum=0.9,
+        epsilon=1e-5,
+        dtype=dtype,
+        param_dtype=param_dtype,
+        rngs=rngs,
         scale_init=scale_init,
     )
 
 
 class Block(nnx.Module):
-    """A residual block: basic (two 3x3) or bottleneck (1x1, 3x3 with the stride, 1x1 to 4x channels)."""
+    """A residual block: basic (two 3x3) or bottleneck (1x1, 3x3 with the stride, 1x1 to 4x
+    channels)."""
 
     def __init__(
-        self, in_ch: int, ch: int, stride: int, kind: str, *, rngs, dtype, param_dtype=jnp.float32,
+        self,
+        in_ch: int,
+        ch: int,
+        stride: int,
+        kind: str,
+        *,
+        rngs,
+        dtype,
+        param_dtype=jnp.float32,
         zero_init_last_bn: bool,
     ):
-        conv = partial(nnx.Conv, use_bias=False, kernel_init=_conv_init, dtype=dtype,
-                       param_dtype=param_dtype, rngs=rngs)
+        conv = partial(
+            nnx.Conv,
+            use_bias=False,
+            kernel_init=_conv_init,
+            dtype=dtype,
+            param_dtype=param_dtype,
+            rngs=rngs,
+        )
         self.kind = kind
         out_ch = ch * 4 if kind == "bottleneck" else ch
         if kind == "bottleneck":
-            self.convs = nnx.List([conv(in_ch, ch, (1, 1)), conv(ch, ch, (3, 3), strides=stride),
-                                   conv(ch, out_ch, (1, 1))])  # fmt: skip
+            self.convs = nnx.List(
+                [
+                    conv(in_ch, ch, (1, 1)),
+                    conv(ch, ch, (3, 3), strides=stride),
+                    conv(ch, out_ch, (1, 1)),
+                ]
+            )
         else:
-            self.convs = nnx.List([conv(in_ch, ch, (3, 3), strides=stride), conv(ch, out_ch, (3, 3))])
+            self.convs = nnx.List(
+                [conv(in_ch, ch, (3, 3), strides=stride), conv(ch, out_ch, (3, 3))]
+            )
         n = len(self.convs)
         last = [zero_init_last_bn and i == n - 1 for i in range(n)]
         self.norms = nnx.List(
@@ -107,8 +137,15 @@ class ResNet(nnx.Module):
         self.stem_kind, self.dtype, self.label_smoothing = stem, dtype, label_smoothing
         k = (7, 7) if stem == "imagenet" else (3, 3)
         self.stem = nnx.Conv(
-            in_channels, width, k, strides=2 if stem == "imagenet" else 1, use_bias=False,
-            kernel_init=_conv_init, dtype=dtype, param_dtype=param_dtype, rngs=rngs,
+            in_channels,
+            width,
+            k,
+            strides=2 if stem == "imagenet" else 1,
+            use_bias=False,
+            kernel_init=_conv_init,
+            dtype=dtype,
+            param_dtype=param_dtype,
+            rngs=rngs,
         )
         self.stem_norm = _bn(width, rngs, dtype, param_dtype)
         blocks, in_ch = [], width
@@ -117,15 +154,25 @@ class ResNet(nnx.Module):
             for i in range(count):
                 stride = 2 if stage > 0 and i == 0 else 1
                 block = Block(
-                    in_ch, ch, stride, kind, rngs=rngs, dtype=dtype, param_dtype=param_dtype,
+                    in_ch,
+                    ch,
+                    stride,
+                    kind,
+                    rngs=rngs,
+                    dtype=dtype,
+                    param_dtype=param_dtype,
                     zero_init_last_bn=zero_init_last_bn,
                 )
                 blocks.append(block)
                 in_ch = ch * 4 if kind == "bottleneck" else ch
         self.blocks = nnx.List(blocks)
         self.head = nnx.Linear(
-            in_ch, num_classes, kernel_init=nnx.initializers.normal(0.01), dtype=dtype,
-            param_dtype=param_dtype, rngs=rngs,
+            in_ch,
+            num_classes,
+            kernel_init=nnx.initializers.normal(0.01),
+            dtype=dtype,
+            param_dtype=param_dtype,
+            rngs=rngs,
         )
 
     def __call__(self, images: jax.Array) -> jax.Array:

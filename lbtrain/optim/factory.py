@@ -1,15 +1,15 @@
 """Config -> one explicit optax chain: [clip] -> optimizer(lr = scaled warmup/decay schedule).
 
-``cfg`` is any mapping with attribute access (an ``ml_collections.ConfigDict`` in lbtrain); this module
-imports nothing else of lbtrain. Its shape (see :func:`make`)::
+``cfg`` is any mapping with attribute access (an ``ml_collections.ConfigDict`` in lbtrain); this
+module imports nothing else of lbtrain. Its shape (see :func:`make`)::
 
     name, base_lr, base_batch_size, scheme, clip_norm, weight_decay,
     mask: {min_ndim, exclude_from_weight_decay, exclude_from_trust_ratio},
     <one block per optimizer, its hyper-parameters>: e.g. lars: {momentum, nesterov, eta, eps},
     schedule: {warmup_epochs, decay, <one block per decay>: e.g. poly: {power, end_value}}
 
-Only the selected optimizer's block and the selected decay's block are read. The tables below are the
-single place where an optimizer's (or a decay's) name, builder and defaults live.
+Only the selected optimizer's block and the selected decay's block are read. The tables below are
+the single place where an optimizer's (or a decay's) name, builder and defaults live.
 """
 
 from __future__ import annotations
@@ -38,7 +38,11 @@ def _adam(learning_rate, b1=0.9, b2=0.999, eps=1e-8):
 
 def _adamw(learning_rate, b1=0.9, b2=0.999, eps=1e-8, *, weight_decay, weight_decay_mask):
     return optax.adamw(
-        learning_rate, b1=float(b1), b2=float(b2), eps=float(eps), weight_decay=weight_decay,
+        learning_rate,
+        b1=float(b1),
+        b2=float(b2),
+        eps=float(eps),
+        weight_decay=weight_decay,
         mask=weight_decay_mask,
     )
 
@@ -58,20 +62,40 @@ def _adadelta(learning_rate, rho=0.9, eps=1e-6):
     return optax.adadelta(learning_rate, rho=float(rho), eps=float(eps))
 
 
-def _lars(learning_rate, momentum=0.9, nesterov=False, eta=1e-3, eps=0.0, *, weight_decay,
-          weight_decay_mask, trust_ratio_mask):
+def _lars(
+    learning_rate,
+    momentum=0.9,
+    nesterov=False,
+    eta=1e-3,
+    eps=0.0,
+    *,
+    weight_decay,
+    weight_decay_mask,
+    trust_ratio_mask,
+):
     return layerwise.lars(
-        learning_rate, momentum=float(momentum), weight_decay=weight_decay, eta=float(eta),
-        eps=float(eps), nesterov=bool(nesterov), weight_decay_mask=weight_decay_mask,
+        learning_rate,
+        momentum=float(momentum),
+        weight_decay=weight_decay,
+        eta=float(eta),
+        eps=float(eps),
+        nesterov=bool(nesterov),
+        weight_decay_mask=weight_decay_mask,
         trust_ratio_mask=trust_ratio_mask,
     )
 
 
-def _lamb(learning_rate, b1=0.9, b2=0.999, eps=1e-6, *, weight_decay, weight_decay_mask,
-          trust_ratio_mask):
+def _lamb(
+    learning_rate, b1=0.9, b2=0.999, eps=1e-6, *, weight_decay, weight_decay_mask, trust_ratio_mask
+):
     return layerwise.lamb(
-        learning_rate, b1=float(b1), b2=float(b2), eps=float(eps), weight_decay=weight_decay,
-        weight_decay_mask=weight_decay_mask, trust_ratio_mask=trust_ratio_mask,
+        learning_rate,
+        b1=float(b1),
+        b2=float(b2),
+        eps=float(eps),
+        weight_decay=weight_decay,
+        weight_decay_mask=weight_decay_mask,
+        trust_ratio_mask=trust_ratio_mask,
     )
 
 
@@ -113,7 +137,8 @@ def has_trust_ratio(name: str) -> bool:
     return "trust_ratio_mask" in _parameters(name)
 
 
-# Where the parameter masks act: "which leaves get weight decay" and "which leaves get a trust ratio".
+# Where the parameter masks act: "which leaves get weight decay" and "which leaves get a trust
+# ratio".
 MASK_DEFAULTS = {"min_ndim": 2, "exclude_from_weight_decay": (), "exclude_from_trust_ratio": ()}
 
 
@@ -143,8 +168,8 @@ def _lookup(table, name: str, what: str):
 
 
 class _Block:
-    """Attribute access over a config block, falling back to the registry defaults for missing keys (so a
-    plain dict or a partial block works too)."""
+    """Attribute access over a config block, falling back to the registry defaults for missing keys
+    (so a plain dict or a partial block works too)."""
 
     def __init__(self, block, defaults: dict):
         self._block, self._defaults = block, defaults
@@ -153,7 +178,9 @@ class _Block:
         if key.startswith("_"):
             raise AttributeError(key)
         block = self._block
-        if block is not None and (key in block if hasattr(block, "__contains__") else hasattr(block, key)):
+        if block is not None and (
+            key in block if hasattr(block, "__contains__") else hasattr(block, key)
+        ):
             return block[key] if hasattr(block, "__getitem__") else getattr(block, key)
         return self._defaults[key]
 
@@ -171,7 +198,9 @@ def _masks(cfg):
     return wd_mask, trust_mask
 
 
-def base_optimizer(name: str, learning_rate: optax.ScalarOrSchedule, cfg) -> optax.GradientTransformation:
+def base_optimizer(
+    name: str, learning_rate: optax.ScalarOrSchedule, cfg
+) -> optax.GradientTransformation:
     """The optimizer ``name`` with its hyper-parameters from the block ``cfg.<name>``.
 
     Weight decay is L2 added to the gradient (coupled, as in the paper's baselines) under the
@@ -181,13 +210,19 @@ def base_optimizer(name: str, learning_rate: optax.ScalarOrSchedule, cfg) -> opt
     block = _get(cfg, name)
     unknown = [k for k in (block or {}) if k not in defaults] if hasattr(block, "keys") else []
     if unknown:
-        raise ValueError(f"{name}.{unknown[0]} is not a hyper-parameter of {name!r}; valid: "
-                         f"{', '.join(defaults) or 'none'}")
+        raise ValueError(
+            f"{name}.{unknown[0]} is not a hyper-parameter of {name!r}; valid: "
+            f"{', '.join(defaults) or 'none'}"
+        )
     hp = _Block(block, defaults)
     wd = float(_get(cfg, "weight_decay", 0.0) or 0.0)
     wd_mask, trust_mask = _masks(cfg)
-    facts = dict(learning_rate=learning_rate, weight_decay=wd, weight_decay_mask=wd_mask,
-                 trust_ratio_mask=trust_mask)
+    facts = dict(
+        learning_rate=learning_rate,
+        weight_decay=wd,
+        weight_decay_mask=wd_mask,
+        trust_ratio_mask=trust_mask,
+    )
     params = _parameters(name)
     given = {k: v for k, v in facts.items() if k in params}
     opt = build(**{k: getattr(hp, k) for k in defaults}, **given)
@@ -205,47 +240,72 @@ def decay_arguments(sched_cfg) -> tuple[str, dict]:
 
 
 def plan(cfg, *, batch_size: int, steps_per_epoch: int, num_epochs: float) -> OptimPlan:
-    """What ``cfg`` implies at ``batch_size`` (peak LR, warmup and total updates), without building anything."""
+    """What ``cfg`` implies at ``batch_size`` (peak LR, warmup and total updates), without building
+    anything."""
     scheme = str(_get(cfg, "scheme", "legw"))
     lr_rule, warmup_rule = scaling.scheme_rules(scheme)
     base_lr, base_batch = float(cfg.base_lr), int(cfg.base_batch_size)
     sched_cfg = _get(cfg, "schedule")
-    warmup_epochs = scaling.scale_warmup_epochs(float(_get(sched_cfg, "warmup_epochs", 0.0)), base_batch, batch_size,
-                                                warmup_rule)  # fmt: skip
+    warmup_epochs = scaling.scale_warmup_epochs(
+        float(_get(sched_cfg, "warmup_epochs", 0.0)), base_batch, batch_size, warmup_rule
+    )
     return OptimPlan(
-        optimizer=str(cfg.name), scheme=scheme, lr_rule=lr_rule, warmup_rule=warmup_rule,
-        base_lr=base_lr, peak_lr=scaling.scale_lr(base_lr, base_batch, batch_size, lr_rule),
-        base_batch_size=base_batch, batch_size=batch_size, warmup_epochs=warmup_epochs,
+        optimizer=str(cfg.name),
+        scheme=scheme,
+        lr_rule=lr_rule,
+        warmup_rule=warmup_rule,
+        base_lr=base_lr,
+        peak_lr=scaling.scale_lr(base_lr, base_batch, batch_size, lr_rule),
+        base_batch_size=base_batch,
+        batch_size=batch_size,
+        warmup_epochs=warmup_epochs,
         warmup_steps=schedules.epochs_to_steps(warmup_epochs, steps_per_epoch),
-        steps_per_epoch=steps_per_epoch, total_steps=schedules.epochs_to_steps(num_epochs, steps_per_epoch),
+        steps_per_epoch=steps_per_epoch,
+        total_steps=schedules.epochs_to_steps(num_epochs, steps_per_epoch),
         decay=decay_arguments(sched_cfg)[0],
-    )  # fmt: skip
+    )
 
 
-def make_schedule(cfg, *, batch_size: int, steps_per_epoch: int, num_epochs: float) -> tuple[optax.Schedule, OptimPlan]:
+def make_schedule(
+    cfg, *, batch_size: int, steps_per_epoch: int, num_epochs: float
+) -> tuple[optax.Schedule, OptimPlan]:
     """The scaled warmup + decay schedule of ``cfg`` at ``batch_size`` and the plan it implies."""
     p = plan(cfg, batch_size=batch_size, steps_per_epoch=steps_per_epoch, num_epochs=num_epochs)
     sched_cfg = _get(cfg, "schedule")
     decay, decay_kwargs = decay_arguments(sched_cfg)
     schedule = schedules.scaled_schedule(
-        p.base_lr, p.base_batch_size, batch_size, float(_get(sched_cfg, "warmup_epochs", 0.0)), steps_per_epoch,
-        num_epochs, lr_rule=p.lr_rule, warmup_rule=p.warmup_rule, decay=decay, **decay_kwargs,
-    )  # fmt: skip
+        p.base_lr,
+        p.base_batch_size,
+        batch_size,
+        float(_get(sched_cfg, "warmup_epochs", 0.0)),
+        steps_per_epoch,
+        num_epochs,
+        lr_rule=p.lr_rule,
+        warmup_rule=p.warmup_rule,
+        decay=decay,
+        **decay_kwargs,
+    )
     return schedule, p
 
 
-def make(cfg, *, batch_size: int, steps_per_epoch: int, num_epochs: float) -> tuple[optax.GradientTransformation, OptimPlan]:
-    """Build ``chain([clip_by_global_norm], inject_hyperparams(optimizer)(learning_rate=schedule))``.
+def make(
+    cfg, *, batch_size: int, steps_per_epoch: int, num_epochs: float
+) -> tuple[optax.GradientTransformation, OptimPlan]:
+    """Build
+    ``chain([clip_by_global_norm], inject_hyperparams(optimizer)(learning_rate=schedule))``.
 
     Fields of ``cfg``: ``name`` (a key of ``OPTIMIZERS``) and its block ``cfg.<name>``, ``base_lr``,
-    ``base_batch_size``, ``scheme`` (legw | linear | sqrt | none), ``schedule`` (``warmup_epochs`` at the
-    base batch, ``decay`` and its block ``schedule.<decay>``), ``clip_norm`` (0 = off), ``weight_decay``
-    and ``mask`` (``min_ndim``, ``exclude_from_weight_decay``, ``exclude_from_trust_ratio``).
-    The current learning rate lives in the optimizer state (see :func:`current_lr`).
+    ``base_batch_size``, ``scheme`` (legw | linear | sqrt | none), ``schedule`` (``warmup_epochs``
+    at the base batch, ``decay`` and its block ``schedule.<decay>``), ``clip_norm`` (0 = off),
+    ``weight_decay`` and ``mask`` (``min_ndim``, ``exclude_from_weight_decay``,
+    ``exclude_from_trust_ratio``). The current learning rate lives in the optimizer state (see
+    :func:`current_lr`).
     """
     name = str(cfg.name)
     _lookup(OPTIMIZERS, name, "optimizer")
-    schedule, plan = make_schedule(cfg, batch_size=batch_size, steps_per_epoch=steps_per_epoch, num_epochs=num_epochs)
+    schedule, plan = make_schedule(
+        cfg, batch_size=batch_size, steps_per_epoch=steps_per_epoch, num_epochs=num_epochs
+    )
     opt = optax.inject_hyperparams(lambda learning_rate: base_optimizer(name, learning_rate, cfg))(
         learning_rate=schedule
     )

@@ -5,11 +5,12 @@ this means the input kernel ``(D, 4H)`` and the recurrent kernel ``(H, 4H)`` eac
 covering all four gates, and the bias is excluded by the default mask (ndim < 2).
 
 Every transform here takes any pytree optax takes (dicts, lists, tuples, namedtuples, ``None``,
-``optax.MaskedNode``, empty trees, scalar leaves, mixed dtypes) and is safe under ``jit``, ``vmap`` and
-``grad``: norms are computed in ``promote(dtype, float32)`` (float64 stays float64, bfloat16 is
-accumulated in float32), the updates keep their dtype, and the gradient of a norm at zero is 0, not NaN.
-Hyper-parameters (``weight_decay``, ``eta``, ``eps``, ``momentum``, betas, learning rate) may be traced
-values, so ``optax.inject_hyperparams`` can schedule them; masks and ``nesterov`` are static.
+``optax.MaskedNode``, empty trees, scalar leaves, mixed dtypes) and is safe under ``jit``, ``vmap``
+and ``grad``: norms are computed in ``promote(dtype, float32)`` (float64 stays float64, bfloat16 is
+accumulated in float32), the updates keep their dtype, and the gradient of a norm at zero is 0, not
+NaN. Hyper-parameters (``weight_decay``, ``eta``, ``eps``, ``momentum``, betas, learning rate) may
+be traced values, so ``optax.inject_hyperparams`` can schedule them; masks and ``nesterov`` are
+static.
 """
 
 from __future__ import annotations
@@ -64,11 +65,13 @@ def _lars_ratio(w, g, eta, weight_decay, eps, dtype):
 
 
 def _check_hyperparameter(x, what: str, *, schedule: bool = False, lr: bool = False):
-    """A hyper-parameter: a number or an array (traced under ``jit`` / ``inject_hyperparams``), or for the
-    learning rate also a schedule. A known constant learning rate must be ``>= 0``."""
+    """A hyper-parameter: a number or an array (traced under ``jit`` / ``inject_hyperparams``), or
+    for the learning rate also a schedule. A known constant learning rate must be ``>= 0``."""
     if schedule and callable(x):
         return x
-    if isinstance(x, bool | np.bool_) or not isinstance(x, numbers.Real | np.ndarray | np.generic | jax.Array):
+    if isinstance(x, bool | np.bool_) or not isinstance(
+        x, numbers.Real | np.ndarray | np.generic | jax.Array
+    ):
         kinds = "a number, an array or a schedule" if schedule else "a number or an array"
         raise TypeError(f"{what} must be {kinds}, got {x!r}")
     if lr and not isinstance(x, jax.core.Tracer) and np.ndim(x) == 0:
@@ -84,25 +87,34 @@ def _check_masks(caller, factory: str, **named_masks) -> None:
 
 def _needs_params(factory: str, params) -> None:
     if params is None:
-        raise ValueError(f"lbtrain.optim.{factory} needs the current params: call update(updates, state, params)")
+        raise ValueError(
+            f"lbtrain.optim.{factory} needs the current params: call update(updates, state, params)"
+        )
 
 
-def _trust_ratio(factory, eta, weight_decay, eps, mask, weight_decay_mask) -> optax.GradientTransformation:
+def _trust_ratio(
+    factory, eta, weight_decay, eps, mask, weight_decay_mask
+) -> optax.GradientTransformation:
     """:func:`scale_by_trust_ratio`, its errors naming the public ``factory`` it is part of."""
 
     trust_name = "mask" if factory == "scale_by_trust_ratio" else "trust_ratio_mask"
 
     def resolve(params, decay_mask):
-        return resolve_mask(mask, params, trust_name), resolve_mask(decay_mask, params, "weight_decay_mask")
+        return resolve_mask(mask, params, trust_name), resolve_mask(
+            decay_mask, params, "weight_decay_mask"
+        )
 
     def init_fn(params):
-        resolve(params, weight_decay_mask)  # a mask that does not fit the params is refused here, before any update
+        # a mask that does not fit the params is refused here, before any update
+        resolve(params, weight_decay_mask)
         return TrustRatioState(jax.tree.map(lambda w: jnp.ones((), _norm_dtype(w)), params))
 
     def update_fn(updates, state, params=None):
         del state
         _needs_params(factory, params)
-        trust, decay = resolve(params, False if _is_static_zero(weight_decay) else weight_decay_mask)
+        trust, decay = resolve(
+            params, False if _is_static_zero(weight_decay) else weight_decay_mask
+        )
 
         def leaf_ratio(g, w, use_trust, use_decay):
             dtype = _norm_dtype(w)
@@ -131,21 +143,24 @@ def scale_by_trust_ratio(
 ) -> optax.GradientTransformation:
     """Per-leaf trust ratio with the paper / TF-LARS formula.
 
-    For each leaf ``w`` with incoming update ``g`` (wd = ``weight_decay`` where ``weight_decay_mask``
-    selects the leaf, else 0)::
+    For each leaf ``w`` with incoming update ``g`` (wd = ``weight_decay`` where
+    ``weight_decay_mask`` selects the leaf, else 0)::
 
         u     = g + wd * w
         ratio = eta * |w| / (|g| + wd * |w| + eps)     if |w| > 0 and |g| > 0, else 1
         out   = ratio * u      (leaves in ``mask``);   out = u   (other leaves)
 
     Norms are Frobenius norms over the whole leaf. With ``weight_decay=0`` this is the plain
-    ``eta * |w| / (|g| + eps)`` ratio and composes with ``optax.add_decayed_weights`` placed before it
-    (that is how :func:`lamb` uses it). ``mask`` / ``weight_decay_mask``: a bool, a pytree of bools with
-    the params' structure (or a prefix of it), or a callable ``params -> pytree``; ``None`` selects every
-    leaf; anything else is refused here, and a tree that does not fit the params at ``init``. Needs
-    ``params`` in ``update``. The state records each leaf's ratio (:class:`TrustRatioState`).
+    ``eta * |w| / (|g| + eps)`` ratio and composes with ``optax.add_decayed_weights`` placed before
+    it (that is how :func:`lamb` uses it). ``mask`` / ``weight_decay_mask``: a bool, a pytree of
+    bools with the params' structure (or a prefix of it), or a callable ``params -> pytree``;
+    ``None`` selects every leaf; anything else is refused here, and a tree that does not fit the
+    params at ``init``. Needs ``params`` in ``update``. The state records each leaf's ratio
+    (:class:`TrustRatioState`).
     """
-    _check_masks(sys._getframe(1), "scale_by_trust_ratio", mask=mask, weight_decay_mask=weight_decay_mask)
+    _check_masks(
+        sys._getframe(1), "scale_by_trust_ratio", mask=mask, weight_decay_mask=weight_decay_mask
+    )
     for name, value in (("eta", eta), ("weight_decay", weight_decay), ("eps", eps)):
         _check_hyperparameter(value, name)
     return _trust_ratio("scale_by_trust_ratio", eta, weight_decay, eps, mask, weight_decay_mask)
@@ -171,12 +186,15 @@ def _decayed_weights(factory: str, weight_decay, mask) -> optax.GradientTransfor
     return optax.GradientTransformation(init_fn, update_fn)
 
 
-def add_decayed_weights(weight_decay: float = 0.0, mask: Mask | None = None) -> optax.GradientTransformation:
+def add_decayed_weights(
+    weight_decay: float = 0.0, mask: Mask | None = None
+) -> optax.GradientTransformation:
     """``u <- g + wd * w`` on the leaves ``mask`` selects (all when ``None``); ``wd`` may be traced.
 
     Unlike ``optax.add_decayed_weights`` the mask is resolved here, so it stays static under
     ``optax.inject_hyperparams`` and the updates keep their dtype; a mask that is not one (see
-    :func:`scale_by_trust_ratio`) is refused when built, one that does not fit the params at ``init``.
+    :func:`scale_by_trust_ratio`) is refused when built, one that does not fit the params at
+    ``init``.
     """
     _check_masks(sys._getframe(1), "add_decayed_weights", mask=mask)
     _check_hyperparameter(weight_decay, "weight_decay")
@@ -199,16 +217,26 @@ def lars(
         ratio = eta * |w| / (|g| + wd * |w| + eps)
 
     (Nesterov: ``w <- w - (momentum * v + lr * ratio * (g + wd * w))``.) Leaves outside
-    ``trust_ratio_mask`` use ratio 1; leaves outside ``weight_decay_mask`` use wd 0. Both masks default
-    to ``default_mask`` (rank >= 2: biases and norm scales get neither); ``True`` selects every leaf, as
-    ``optax.lars`` does by default. The LR sits inside the momentum buffer, as in TF. Unlike
-    ``optax.lars``, the denominator is ``|g| + wd|w|``, not ``|g + wd w|``. ``learning_rate``,
-    ``momentum``, ``weight_decay``, ``eta`` and ``eps`` can be injected with ``optax.inject_hyperparams``;
-    a constant ``learning_rate`` must be ``>= 0``.
+    ``trust_ratio_mask`` use ratio 1; leaves outside ``weight_decay_mask`` use wd 0. Both masks
+    default to ``default_mask`` (rank >= 2: biases and norm scales get neither); ``True`` selects
+    every leaf, as ``optax.lars`` does by default. The LR sits inside the momentum buffer, as in TF.
+    Unlike ``optax.lars``, the denominator is ``|g| + wd|w|``, not ``|g + wd w|``.
+    ``learning_rate``, ``momentum``, ``weight_decay``, ``eta`` and ``eps`` can be injected with
+    ``optax.inject_hyperparams``; a constant ``learning_rate`` must be ``>= 0``.
     """
-    _check_masks(sys._getframe(1), "lars", weight_decay_mask=weight_decay_mask, trust_ratio_mask=trust_ratio_mask)
+    _check_masks(
+        sys._getframe(1),
+        "lars",
+        weight_decay_mask=weight_decay_mask,
+        trust_ratio_mask=trust_ratio_mask,
+    )
     _check_hyperparameter(learning_rate, "learning_rate", schedule=True, lr=True)
-    for name, value in (("momentum", momentum), ("weight_decay", weight_decay), ("eta", eta), ("eps", eps)):
+    for name, value in (
+        ("momentum", momentum),
+        ("weight_decay", weight_decay),
+        ("eta", eta),
+        ("eps", eps),
+    ):
         _check_hyperparameter(value, name)
     return optax.chain(
         _trust_ratio("lars", eta, weight_decay, eps, trust_ratio_mask, weight_decay_mask),
@@ -231,17 +259,29 @@ def lamb(
 
         m <- b1 m + (1 - b1) g        v <- b2 v + (1 - b2) g^2           (t = 1, 2, ...)
         u  = m / (1 - b1^t) / (sqrt(v / (1 - b2^t) + eps_root) + eps) + wd * w
-        w <- w - lr * (|w| / |u|) * u     (ratio 1 where a norm is 0 or outside ``trust_ratio_mask``)
+        w <- w - lr * (|w| / |u|) * u     (ratio 1 where a norm is 0 or outside
+        ``trust_ratio_mask``)
 
-    With separate ``weight_decay_mask`` and ``trust_ratio_mask`` (``optax.lamb`` has one mask, for the
-    decay, and a trust ratio on every leaf). Both default to ``default_mask`` (rank >= 2);
-    ``weight_decay_mask=m, trust_ratio_mask=True`` is ``optax.lamb(mask=m)``. ``learning_rate``, ``b1``,
-    ``b2``, ``eps`` and ``weight_decay`` can be injected with ``optax.inject_hyperparams``; a constant
-    ``learning_rate`` must be ``>= 0``.
+    With separate ``weight_decay_mask`` and ``trust_ratio_mask`` (``optax.lamb`` has one mask, for
+    the decay, and a trust ratio on every leaf). Both default to ``default_mask`` (rank >= 2);
+    ``weight_decay_mask=m, trust_ratio_mask=True`` is ``optax.lamb(mask=m)``. ``learning_rate``,
+    ``b1``, ``b2``, ``eps`` and ``weight_decay`` can be injected with ``optax.inject_hyperparams``;
+    a constant ``learning_rate`` must be ``>= 0``.
     """
-    _check_masks(sys._getframe(1), "lamb", weight_decay_mask=weight_decay_mask, trust_ratio_mask=trust_ratio_mask)
+    _check_masks(
+        sys._getframe(1),
+        "lamb",
+        weight_decay_mask=weight_decay_mask,
+        trust_ratio_mask=trust_ratio_mask,
+    )
     _check_hyperparameter(learning_rate, "learning_rate", schedule=True, lr=True)
-    for name, value in (("b1", b1), ("b2", b2), ("eps", eps), ("eps_root", eps_root), ("weight_decay", weight_decay)):
+    for name, value in (
+        ("b1", b1),
+        ("b2", b2),
+        ("eps", eps),
+        ("eps_root", eps_root),
+        ("weight_decay", weight_decay),
+    ):
         _check_hyperparameter(value, name)
     return optax.chain(
         optax.scale_by_adam(b1=b1, b2=b2, eps=eps, eps_root=eps_root),

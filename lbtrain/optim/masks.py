@@ -1,11 +1,11 @@
 """Parameter masks: which leaves get weight decay and which get a layer-wise trust ratio.
 
 A mask is a bool (every leaf or none), a pytree of bools (Python or NumPy) with the structure of the
-parameters (or a prefix of it), or a callable ``params -> mask`` (optax's convention); ``None`` selects
-every leaf. Anything else (a string, a number, an array) is refused when the transform is built, in one
-line naming the argument: read by truthiness it would mean "all" or "nothing" without a word. A tree
-that does not fit the params is refused at ``init``, naming the first path where the two differ. The
-default rule is *ndim >= 2*: weight matrices and
+parameters (or a prefix of it), or a callable ``params -> mask`` (optax's convention); ``None``
+selects every leaf. Anything else (a string, a number, an array) is refused when the transform is
+built, in one line naming the argument: read by truthiness it would mean "all" or "nothing" without
+a word. A tree that does not fit the params is refused at ``init``, naming the first path where the
+two differ. The default rule is *ndim >= 2*: weight matrices and
 convolution kernels are in, biases and normalisation scales/offsets are out. Name rules (regular
 expressions searched in the ``/``-joined key path, e.g. ``"embed"`` or ``"bias$"``) exclude more.
 
@@ -14,10 +14,10 @@ variables (``nn.Partitioned`` boxes included) and Flax NNX ``State`` whose leave
 ``nnx.Variable`` boxes. A box is one parameter: its path is the path *to the box* (no trailing
 ``/value``) and its rank is the rank of the array inside.
 
-Masks are static. The callables built here (:class:`ParamMask`, :func:`static_mask`) also stay static
-under ``optax.inject_hyperparams``, which otherwise takes every callable argument for a schedule: they
-present themselves to it as a schedule whose value is the mask itself (see :class:`StaticMask`). A
-plain callable given there without ``static_args`` is refused at ``init``
+Masks are static. The callables built here (:class:`ParamMask`, :func:`static_mask`) also stay
+static under ``optax.inject_hyperparams``, which otherwise takes every callable argument for a
+schedule: they present themselves to it as a schedule whose value is the mask itself (see
+:class:`StaticMask`). A plain callable given there without ``static_args`` is refused at ``init``
 (:func:`refuse_masks_scheduled_by_optax`).
 """
 
@@ -38,7 +38,8 @@ Mask = Any  # pytree of bools, or a callable params -> pytree of bools
 
 
 def _is_box(x) -> bool:
-    """True for a Flax parameter box (``nnx.Variable``, linen ``AxisMetadata``) that holds one array.
+    """True for a Flax parameter box (``nnx.Variable``, linen ``AxisMetadata``) that holds one
+    array.
 
     Looked up in ``sys.modules`` so that this module never imports Flax: if Flax is not loaded, no
     box can exist.
@@ -72,8 +73,9 @@ def path_str(path) -> str:
 def map_params_with_path(fn: Callable[[str, Any], Any], params) -> Any:
     """``fn(path, array)`` on every parameter, the result in the structure of ``params``.
 
-    A Flax box counts as one parameter: ``fn`` sees the path to the box and the array inside, and its
-    result goes back into a box of the same kind, so the output has exactly the structure of ``params``.
+    A Flax box counts as one parameter: ``fn`` sees the path to the box and the array inside, and
+    its result goes back into a box of the same kind, so the output has exactly the structure of
+    ``params``.
     """
 
     def leaf(path, x):
@@ -126,7 +128,8 @@ class StaticMask:
 
 
 def static_mask(fn: Callable[[Any], Any]) -> StaticMask:
-    """Wrap any ``params -> mask`` callable so that it stays static under ``optax.inject_hyperparams``."""
+    """Wrap any ``params -> mask`` callable so that it stays static under
+    ``optax.inject_hyperparams``."""
     return fn if isinstance(fn, StaticMask) else StaticMask(fn)
 
 
@@ -145,7 +148,8 @@ class _RankAndNameRule:
 
 
 class ParamMask(StaticMask):
-    """The rule "``ndim >= min_ndim`` and no ``exclude`` pattern matches the path" as a static mask."""
+    """The rule "``ndim >= min_ndim`` and no ``exclude`` pattern matches the path" as a static
+    mask."""
 
     def __init__(self, min_ndim: int = 2, exclude: Sequence[str] = ()):
         super().__init__(_RankAndNameRule(int(min_ndim), tuple(exclude)))
@@ -170,7 +174,8 @@ class ParamMask(StaticMask):
 
 def param_mask(min_ndim: int = 2, exclude: Sequence[str] = ()) -> ParamMask:
     """Mask builder: a parameter is in iff ``ndim >= min_ndim`` and no pattern in ``exclude``
-    matches (``re.search``) its ``/``-joined path. Flax boxes are seen through (see the module doc)."""
+    matches (``re.search``) its ``/``-joined path. Flax boxes are seen through (see the module
+    doc)."""
     return ParamMask(min_ndim, exclude)
 
 
@@ -178,7 +183,8 @@ default_mask = param_mask(min_ndim=2)
 
 
 MASK_FORMS = (
-    "a bool, a pytree of bools with the params' structure (or a prefix of it), or a callable params -> such a pytree"
+    "a bool, a pytree of bools with the params' structure (or a prefix of it), or a callable "
+    "params -> such a pytree"
 )
 
 
@@ -187,7 +193,8 @@ def _is_bool(x) -> bool:
 
 
 def _first_non_bool(tree):
-    """``(path, leaf)`` of the first leaf of ``tree`` that is not a bool (a box counts as its content)."""
+    """``(path, leaf)`` of the first leaf of ``tree`` that is not a bool (a box counts as its
+    content)."""
     for path, leaf in jax.tree_util.tree_flatten_with_path(tree, is_leaf=_is_box)[0]:
         if not _is_bool(_unbox(leaf)):
             return path_str(path), _unbox(leaf)
@@ -195,9 +202,9 @@ def _first_non_bool(tree):
 
 
 def check_mask(mask: Mask | None, what: str = "mask") -> Mask | None:
-    """``mask`` if it is ``None`` (every leaf), a bool, a callable or a pytree whose leaves are all bools;
-    otherwise a ``TypeError`` in one line naming ``what`` and what it got (a string, a number, an array
-    are not masks: truthiness would silently decide them)."""
+    """``mask`` if it is ``None`` (every leaf), a bool, a callable or a pytree whose leaves are all
+    bools; otherwise a ``TypeError`` in one line naming ``what`` and what it got (a string, a
+    number, an array are not masks: truthiness would silently decide them)."""
     if mask is None or _is_bool(mask) or callable(mask) or isinstance(mask, _MaskValue):
         return mask
     bad = _first_non_bool(mask)
@@ -209,7 +216,8 @@ def check_mask(mask: Mask | None, what: str = "mask") -> Mask | None:
 
 
 def _one_level(x):
-    """``x``'s children one level down as ``(key path, child)`` pairs, and that level's structure."""
+    """``x``'s children one level down as ``(key path, child)`` pairs, and that level's
+    structure."""
     return jax.tree_util.tree_flatten_with_path(x, is_leaf=lambda child: child is not x)
 
 
@@ -218,7 +226,11 @@ def _describe(x, children, level) -> str:
     kind = type(x).__name__
     if level.num_nodes == 1 and level.num_leaves == 1:  # a leaf
         shape = getattr(x, "shape", None)
-        return f"an array of shape {tuple(shape)}" if shape is not None else f"a {kind} ({reprlib.repr(x)})"
+        return (
+            f"an array of shape {tuple(shape)}"
+            if shape is not None
+            else f"a {kind} ({reprlib.repr(x)})"
+        )
     if x is None or not children:
         return "None" if x is None else f"an empty {kind}"
     if all(isinstance(k[-1], jax.tree_util.SequenceKey) for k, _ in children):
@@ -227,7 +239,8 @@ def _describe(x, children, level) -> str:
 
 
 def _first_mismatch(mask, params, path: str = "") -> str | None:
-    """Where and how ``mask`` stops being a prefix of ``params`` (walking both one level at a time)."""
+    """Where and how ``mask`` stops being a prefix of ``params`` (walking both one level at a
+    time)."""
     if _is_bool(mask):
         return None  # one bool covers the whole subtree below it
     mask_children, mask_level = _one_level(mask)
@@ -240,19 +253,28 @@ def _first_mismatch(mask, params, path: str = "") -> str | None:
             only_mask = [k for k in mask_keys if k not in param_keys]
             only_params = [k for k in param_keys if k not in mask_keys]
             mask_words, param_words = reprlib.repr(only_mask)[1:-1], reprlib.repr(only_params)[1:-1]
-            return f"{where}: the mask has {mask_words or 'nothing'} where the params have {param_words or 'nothing'}"
+            return (
+                f"{where}: the mask has {mask_words or 'nothing'} where the params have "
+                f"{param_words or 'nothing'}"
+            )
         mask_words = _describe(mask, mask_children, mask_level)
-        return f"{where}: the mask has {mask_words}, the params have {_describe(params, param_children, param_level)}"
+        return (
+            f"{where}: the mask has {mask_words}, the params have "
+            f"{_describe(params, param_children, param_level)}"
+        )
     for (key, mask_child), (_, param_child) in zip(mask_children, param_children, strict=True):
-        below = _first_mismatch(mask_child, param_child, f"{path}/{path_str(key)}" if path else path_str(key))
+        below = _first_mismatch(
+            mask_child, param_child, f"{path}/{path_str(key)}" if path else path_str(key)
+        )
         if below is not None:
             return below
     return None
 
 
 def resolve_mask(mask: Mask | None, params, what: str = "mask") -> Any:
-    """Turn ``None`` (everything in), a bool, a callable, or a pytree of bools into a pytree of bools with
-    exactly the structure of ``params`` (a mask given for a prefix of the tree is broadcast).
+    """Turn ``None`` (everything in), a bool, a callable, or a pytree of bools into a pytree of
+    bools with exactly the structure of ``params`` (a mask given for a prefix of the tree is
+    broadcast).
 
     Raises ``TypeError`` for anything else (or a callable whose result is not a tree of bools) and
     ``ValueError`` naming the first path where the mask's tree and the params' differ.
@@ -267,7 +289,10 @@ def resolve_mask(mask: Mask | None, params, what: str = "mask") -> Any:
     if bad is not None:
         where, leaf = bad
         at = f" at {where!r}" if where else ""
-        raise TypeError(f"{what}(params) must return bools; it gave {reprlib.repr(leaf)} ({type(leaf).__name__}){at}")
+        raise TypeError(
+            f"{what}(params) must return bools; it gave {reprlib.repr(leaf)} "
+            f"({type(leaf).__name__}){at}"
+        )
     mismatch = _first_mismatch(tree, params)
     if mismatch is not None:
         raise ValueError(f"{what} does not fit the params {mismatch}.\nA mask is {MASK_FORMS}.")
@@ -275,15 +300,17 @@ def resolve_mask(mask: Mask | None, params, what: str = "mask") -> Any:
 
 
 def refuse_masks_scheduled_by_optax(caller, factory: str, names: Sequence[str]) -> None:
-    """Refuse, in one line, a plain callable mask that ``optax.inject_hyperparams`` treats as a schedule.
+    """Refuse, in one line, a plain callable mask that ``optax.inject_hyperparams`` treats as a
+    schedule.
 
     ``inject_hyperparams`` calls every callable argument not listed in ``static_args`` with the step
-    count and hands the factory what it returns: a ``params -> mask`` function then arrives as its value
-    on an integer (typically ``False``: weight decay silently off), which the factory cannot tell from a
-    mask given on purpose. So the factory passes its caller's frame here: when that caller is
-    ``inject_hyperparams``' ``init`` or ``update``, its ``sched_hps`` names the arguments it schedules.
-    A :class:`StaticMask` implements the schedule protocol on purpose and passes. Should optax rename
-    these internals, the check finds nothing and stays silent (tests/optim pins it to the optax in use).
+    count and hands the factory what it returns: a ``params -> mask`` function then arrives as its
+    value on an integer (typically ``False``: weight decay silently off), which the factory cannot
+    tell from a mask given on purpose. So the factory passes its caller's frame here: when that
+    caller is ``inject_hyperparams``' ``init`` or ``update``, its ``sched_hps`` names the arguments
+    it schedules. A :class:`StaticMask` implements the schedule protocol on purpose and passes.
+    Should optax rename these internals, the check finds nothing and stays silent (tests/optim pins
+    it to the optax in use).
     """
     if not caller.f_globals.get("__name__", "").startswith("optax."):
         return
@@ -293,9 +320,9 @@ def refuse_masks_scheduled_by_optax(caller, factory: str, names: Sequence[str]) 
     for name in names:
         if name in scheduled and not isinstance(scheduled[name], StaticMask):
             raise TypeError(
-                f"{name} is a callable, which optax.inject_hyperparams calls with the step count as a schedule: "
-                f"list it in static_args (optax.inject_hyperparams({factory}, static_args=({name!r},))) or wrap "
-                "it with lbtrain.optim.static_mask"
+                f"{name} is a callable, which optax.inject_hyperparams calls with the step count "
+                f"as a schedule: list it in static_args (optax.inject_hyperparams({factory}, "
+                f"static_args=({name!r},))) or wrap it with lbtrain.optim.static_mask"
             )
 
 

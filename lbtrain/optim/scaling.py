@@ -1,28 +1,31 @@
-"""Batch-size scaling rules for the peak learning rate and the warmup length, and how numbers are read.
+"""Batch-size scaling rules for the peak learning rate and the warmup length, and how numbers are
+read.
 
 With a base batch ``B0`` and a new batch ``B = k * B0``:
 
-* learning-rate rules: ``linear``  -> ``lr0 * k``;  ``sqrt`` -> ``lr0 * sqrt(k)``;  ``none`` -> ``lr0``.
+* learning-rate rules: ``linear``  -> ``lr0 * k``;  ``sqrt`` -> ``lr0 * sqrt(k)``;  ``none`` ->
+  ``lr0``.
 * warmup rules (in epochs): ``linear_epoch`` -> ``W0 * k`` (LEGW: the number of warmup *updates*
   stays ``W0 * N / B0`` at every batch size); ``const_epoch`` -> ``W0`` (Goyal et al. 2017);
   ``none`` -> ``0`` (no warmup).
 
 A *scheme* is a named pair of rules; the paper's method and its baselines are ``SCHEMES``.
 
-Batch sizes are whole numbers of examples (an int, or a float such as ``128.0`` that is one); anything
-else is refused. Learning rates must be ``>= 0``: a negative one would climb the loss.
+Batch sizes are whole numbers of examples (an int, or a float such as ``128.0`` that is one);
+anything else is refused. Learning rates must be ``>= 0``: a negative one would climb the loss.
 
 Reading epochs and steps per epoch exactly (:func:`exact`)
 ---------------------------------------------------------
-Integers and ``fractions.Fraction`` are taken as they are, and so is a whole float. Any other float ``x``
-is read as the *simplest* fraction ``p/q`` (smallest ``q``) that rounds to ``x``, when
-``q <= MAX_DENOMINATOR`` (10**6): a float computed as ``N / B`` is the rounded value of ``N / B``, so
-``622 / 24`` is 311/12, and a short decimal is itself (``0.1`` is 1/10, ``12.8`` is 64/5). This recovers
-``N / B`` for every ``N <= 10**9`` and ``B <= 10**6``. When no fraction that simple rounds to ``x`` (a
-long decimal such as ``0.123456789``, or float noise such as ``0.1 * 3 = 0.30000000000000004``), ``x``
-is read as the shortest decimal that prints as it. A NumPy float is judged in its own precision (a
-float32 ``N / B`` is recovered only for small ``B``; pass a Python float). The scaled warmup ``W0 * k``
-is computed from these exact values, so it never gains an update from float noise.
+Integers and ``fractions.Fraction`` are taken as they are, and so is a whole float. Any other float
+``x`` is read as the *simplest* fraction ``p/q`` (smallest ``q``) that rounds to ``x``, when
+``q <= MAX_DENOMINATOR`` (10**6): a float computed as ``N / B`` is the rounded value of ``N / B``,
+so ``622 / 24`` is 311/12, and a short decimal is itself (``0.1`` is 1/10, ``12.8`` is 64/5). This
+recovers ``N / B`` for every ``N <= 10**9`` and ``B <= 10**6``. When no fraction that simple rounds
+to ``x`` (a long decimal such as ``0.123456789``, or float noise such as ``0.1 * 3 =
+0.30000000000000004``), ``x`` is read as the shortest decimal that prints as it. A NumPy float is
+judged in its own precision (a float32 ``N / B`` is recovered only for small ``B``; pass a Python
+float). The scaled warmup ``W0 * k`` is computed from these exact values, so it never gains an
+update from float noise.
 """
 
 from __future__ import annotations
@@ -47,15 +50,18 @@ SCHEMES: dict[str, tuple[str, str]] = {
     "sqrt_const_warmup": ("sqrt", "const_epoch"),  # Sqrt Scaling's LR with the base warmup epochs
 }
 
-# The largest denominator a float is recovered with: any N / B with B up to a million (and N up to 10**9)
-# comes back exactly, while two fractions this simple are still far more than a float's rounding apart.
+# The largest denominator a float is recovered with: any N / B with B up to a million (and N up to
+# 10**9) comes back exactly, while two fractions this simple are still far more than a float's
+# rounding apart.
 MAX_DENOMINATOR = 10**6
 
 
 def check_real(x, what: str) -> numbers.Real:
     """``x`` if it is a finite real number (not a bool); otherwise one line naming ``what``."""
     if isinstance(x, bool | np.bool_) or not isinstance(x, numbers.Real):
-        raise TypeError(f"{what} must be a real number (int, float or fractions.Fraction), got {x!r}")
+        raise TypeError(
+            f"{what} must be a real number (int, float or fractions.Fraction), got {x!r}"
+        )
     if not isinstance(x, numbers.Rational) and not math.isfinite(x):
         raise ValueError(f"{what} must be finite, got {x!r}")
     return x
@@ -91,19 +97,21 @@ def check_batch_size(x, what: str = "batch_size") -> int:
 
 
 def _simplest_between(lo: Fraction, hi: Fraction) -> Fraction:
-    """The fraction with the smallest denominator strictly between ``0 <= lo < hi`` (continued fractions)."""
+    """The fraction with the smallest denominator strictly between ``0 <= lo < hi`` (continued
+    fractions)."""
     whole = math.floor(lo)
     if whole + 1 < hi:
         return Fraction(whole + 1)
-    if lo == whole:  # (whole, hi) with hi <= whole + 1: whole + 1/m for the smallest m with 1/m < hi - whole
+    # (whole, hi) with hi <= whole + 1: whole + 1/m for the smallest m with 1/m < hi - whole
+    if lo == whole:
         return whole + Fraction(1, math.floor(1 / (hi - whole)) + 1)
     return whole + 1 / _simplest_between(1 / (hi - whole), 1 / (lo - whole))
 
 
 def exact(x, what: str = "value") -> Fraction:
-    """``x`` as an exact fraction: ints and fractions as they are; a float as the simplest fraction that
-    rounds to it (``622 / 24`` is 311/12) if its denominator is at most ``MAX_DENOMINATOR``, else as the
-    shortest decimal that prints as it (see the module docstring)."""
+    """``x`` as an exact fraction: ints and fractions as they are; a float as the simplest fraction
+    that rounds to it (``622 / 24`` is 311/12) if its denominator is at most ``MAX_DENOMINATOR``,
+    else as the shortest decimal that prints as it (see the module docstring)."""
     check_real(x, what)
     if isinstance(x, numbers.Rational):
         return Fraction(x)
@@ -119,7 +127,8 @@ def exact(x, what: str = "value") -> Fraction:
     simplest = _simplest_between((below + at) / 2, (at + above) / 2)
     if simplest.denominator <= MAX_DENOMINATOR:
         return simplest
-    return Fraction(str(value))  # NumPy prints the shortest decimal that reads back as value, in its precision
+    # NumPy prints the shortest decimal that reads back as value, in its precision
+    return Fraction(str(value))
 
 
 def _check_choice(kind: str, value: str, choices) -> None:
@@ -145,7 +154,9 @@ def scale_lr(base_lr: float, base_batch_size: int, batch_size: int, rule: str) -
     return base_lr
 
 
-def scale_warmup_epochs(base_warmup_epochs: float, base_batch_size: int, batch_size: int, rule: str) -> float:
+def scale_warmup_epochs(
+    base_warmup_epochs: float, base_batch_size: int, batch_size: int, rule: str
+) -> float:
     """Warmup length in epochs for ``batch_size``: ``W0 * k`` (linear_epoch), ``W0`` (const_epoch)
     or ``0`` (none), with ``k = batch_size / base_batch_size``."""
     _check_choice("warmup scaling rule", rule, WARMUP_RULES)

@@ -5,15 +5,16 @@ Semantics (computed from integer update counts, never from float epochs)
 ``s`` is the number of updates already applied (optax's ``count``: the first update uses ``lr(0)``);
 update ``s`` happens at epoch ``s / S`` with ``S = steps_per_epoch`` (which may be fractional).
 
-* **Epochs to updates**: a point or duration of ``e`` epochs is ``steps(e) = ceil(e * S)`` updates, the
-  first update at or past epoch ``e``. ``e`` and ``S`` are read exactly (:func:`lbtrain.optim.scaling.exact`):
-  ints and fractions as they are, a float as the simple fraction it rounds (``0.1`` is 1/10, so
-  ``0.1 * 30`` is 3, not 4; ``622 / 24`` is 311/12, so 12 epochs are 311 updates, not 312).
+* **Epochs to updates**: a point or duration of ``e`` epochs is ``steps(e) = ceil(e * S)`` updates,
+  the first update at or past epoch ``e``. ``e`` and ``S`` are read exactly
+  (:func:`lbtrain.optim.scaling.exact`): ints and fractions as they are, a float as the simple
+  fraction it rounds (``0.1`` is 1/10, so ``0.1 * 30`` is 3, not 4; ``622 / 24`` is 311/12, so 12
+  epochs are 311 updates, not 312).
 * **Warmup**: ``W = steps(warmup_epochs)`` updates, ``lr(s) = peak * s / W`` for ``0 <= s < W``
-  (``lr(0) = 0``). The update at ``s = W`` uses the peak, bit for bit (selected, never computed), for
-  every decay and in every mode (scalar or array step, eager or under ``jit``).
-* **Training** ends after ``T = steps(num_epochs)`` updates (``W < T`` is required). **Past the end** the
-  schedule holds its value at ``T``: ``lr(s) = lr(T)`` for ``s >= T``.
+  (``lr(0) = 0``). The update at ``s = W`` uses the peak, bit for bit (selected, never computed),
+  for every decay and in every mode (scalar or array step, eager or under ``jit``).
+* **Training** ends after ``T = steps(num_epochs)`` updates (``W < T`` is required). **Past the
+  end** the schedule holds its value at ``T``: ``lr(s) = lr(T)`` for ``s >= T``.
 * **Decays**, for ``W <= s <= T``, with ``D = T - W``:
 
   - ``constant``:     ``peak``
@@ -21,19 +22,19 @@ update ``s`` happens at epoch ``s / S`` with ``S = steps_per_epoch`` (which may 
   - ``cosine``:       ``end + (peak - end) * (1 + cos(pi * (s - W) / D)) / 2``, computed as
     ``sin(pi / 2 * (T - s) / D) ** 2`` so that the tail keeps its relative precision
   - ``exponential``:  ``peak * rate ** (max(0, s - s0) / S)`` with ``s0 = steps(e0)``,
-    ``e0 = max(start_epoch, warmup_epochs)`` (``start_epoch=None`` means the end of warmup): the decay
-    never starts inside the warmup, so a recipe's "decay after epoch 4" stays continuous when a scaled
-    warmup grows past it. ``staircase=True``: ``peak * rate ** n`` with ``n`` the number of epochs
-    ``e0 + 1, e0 + 2, ...`` whose boundary (below) has been reached.
+    ``e0 = max(start_epoch, warmup_epochs)`` (``start_epoch=None`` means the end of warmup): the
+    decay never starts inside the warmup, so a recipe's "decay after epoch 4" stays continuous when
+    a scaled warmup grows past it. ``staircase=True``: ``peak * rate ** n`` with ``n`` the number of
+    epochs ``e0 + 1, e0 + 2, ...`` whose boundary (below) has been reached.
   - ``multistep``:    ``peak * factor ** n``, ``n`` the number of boundaries (in epochs) reached. A
     boundary ``b`` is reached at update ``steps(b)``, but never inside the warmup nor on its peak
     update: with ``W > 0`` it takes effect at ``max(steps(b), W + 1)``.
 
 A scalar step and an array of steps give the same values (the schedule is elementwise); eager and
 ``jit`` agree within a few ulp of each other and of the exact value, tails included. Values are in
-JAX's default float dtype. Schedules count optimizer updates, never micro-batches. Arguments are checked
-when the schedule is built: a non-number, a negative learning rate (``peak_lr``, ``end_value``) or
-epochs, or ``steps_per_epoch <= 0`` is refused in one line naming the argument.
+JAX's default float dtype. Schedules count optimizer updates, never micro-batches. Arguments are
+checked when the schedule is built: a non-number, a negative learning rate (``peak_lr``,
+``end_value``) or epochs, or ``steps_per_epoch <= 0`` is refused in one line naming the argument.
 """
 
 from __future__ import annotations
@@ -70,11 +71,12 @@ def _steps_per_epoch(x) -> Fraction:
 
 
 def epochs_to_steps(epochs: float, steps_per_epoch: float) -> int:
-    """The single place where epochs become update counts: ``ceil(epochs * steps_per_epoch)``, exact.
+    """The single place where epochs become update counts: ``ceil(epochs * steps_per_epoch)``,
+    exact.
 
-    The first update at or past epoch ``epochs`` (``>= 0``); ``steps_per_epoch`` must be ``> 0``, as for
-    the schedules. Both are read exactly: ints and fractions as they are, a float ``N / B`` as the
-    fraction it rounds (see :func:`lbtrain.optim.scaling.exact`).
+    The first update at or past epoch ``epochs`` (``>= 0``); ``steps_per_epoch`` must be ``> 0``, as
+    for the schedules. Both are read exactly: ints and fractions as they are, a float ``N / B`` as
+    the fraction it rounds (see :func:`lbtrain.optim.scaling.exact`).
     """
     return _steps(epochs, _steps_per_epoch(steps_per_epoch), "epochs")
 
@@ -90,7 +92,9 @@ def _count_reached(s, boundaries: np.ndarray):
     return jnp.sum(s[..., None] >= jnp.asarray(boundaries), axis=-1)
 
 
-def _boundary_steps(epochs, steps_per_epoch: Fraction, warmup_steps: int, what: str = "boundary") -> np.ndarray:
+def _boundary_steps(
+    epochs, steps_per_epoch: Fraction, warmup_steps: int, what: str = "boundary"
+) -> np.ndarray:
     steps = [_steps(b, steps_per_epoch, what) for b in epochs]
     if warmup_steps > 0:
         steps = [max(b, warmup_steps + 1) for b in steps]
@@ -98,12 +102,13 @@ def _boundary_steps(epochs, steps_per_epoch: Fraction, warmup_steps: int, what: 
 
 
 def _exponential(peak: float, rate: float, start_step: int, total_steps: int, spe: Fraction):
-    """``s -> peak * rate ** (max(0, s - start_step) / spe)``, split at whole epochs: with ``n = s - s0``,
-    ``k`` the whole epochs in ``n / S`` and ``f`` the rest, ``rate ** (n / S) = rate ** k * rate ** f``.
-    ``peak * rate ** k`` comes from a float64 table and only ``f`` in [0, 1) goes through the float32
-    power, so long decays stay within a few ulp of the exact value (one power of ``n / S`` loses ~1 ulp
-    per unit of ``|n / S * ln(rate)|``)."""
-    epochs = max(math.floor(Fraction(total_steps - start_step) / spe), 0)  # none when it starts after T
+    """``s -> peak * rate ** (max(0, s - start_step) / spe)``, split at whole epochs: with ``n = s -
+    s0``, ``k`` the whole epochs in ``n / S`` and ``f`` the rest, ``rate ** (n / S) = rate ** k *
+    rate ** f``. ``peak * rate ** k`` comes from a float64 table and only ``f`` in [0, 1) goes
+    through the float32 power, so long decays stay within a few ulp of the exact value (one power of
+    ``n / S`` loses ~1 ulp per unit of ``|n / S * ln(rate)|``)."""
+    # none when it starts after T
+    epochs = max(math.floor(Fraction(total_steps - start_step) / spe), 0)
     starts = [math.ceil(k * spe) for k in range(epochs + 1)]  # the first n at or past k epochs
     scaled = np.asarray([peak * rate**k for k in range(epochs + 1)])
     # (starts[k] - k S) / S in [0, 1/S): the part of an epoch already gone when n = starts[k]
@@ -119,7 +124,9 @@ def _exponential(peak: float, rate: float, start_step: int, total_steps: int, sp
     return value
 
 
-def _decay_fn(decay: str, peak: float, warmup_epochs, warmup_steps: int, total_steps: int, spe: Fraction, kw):
+def _decay_fn(
+    decay: str, peak: float, warmup_epochs, warmup_steps: int, total_steps: int, spe: Fraction, kw
+):
     """``s -> lr`` for ``W < s <= T`` (``s`` an integer array already clamped to ``T``)."""
     span = total_steps - warmup_steps
     if decay == "constant":
@@ -128,7 +135,8 @@ def _decay_fn(decay: str, peak: float, warmup_epochs, warmup_steps: int, total_s
         end, power = float(kw["end_value"]), float(kw["power"])
 
         def poly(s):
-            left = _float(total_steps - s) * (1.0 / span)  # share of the decay still ahead: exactly 0 at T
+            # share of the decay still ahead: exactly 0 at T
+            left = _float(total_steps - s) * (1.0 / span)
             return end + (peak - end) * left**power
 
         return poly
@@ -136,19 +144,26 @@ def _decay_fn(decay: str, peak: float, warmup_epochs, warmup_steps: int, total_s
         end = float(kw["end_value"])
 
         def cosine(s):
-            # (1 + cos(pi (s - W) / D)) / 2 = sin(pi/2 * (T - s) / D) ** 2: no cancellation near T, so the
-            # tail keeps float32's relative precision
-            return end + (peak - end) * jnp.square(jnp.sin(_float(total_steps - s) * (math.pi / (2 * span))))
+            # (1 + cos(pi (s - W) / D)) / 2 = sin(pi/2 * (T - s) / D) ** 2: no cancellation near T,
+            # so the tail keeps float32's relative precision
+            return end + (peak - end) * jnp.square(
+                jnp.sin(_float(total_steps - s) * (math.pi / (2 * span)))
+            )
 
         return cosine
     if decay == "exponential":
         rate = float(kw["rate"])
-        start = scaling.exact(warmup_epochs if kw["start_epoch"] is None else kw["start_epoch"], "start_epoch")
+        start = scaling.exact(
+            warmup_epochs if kw["start_epoch"] is None else kw["start_epoch"], "start_epoch"
+        )
         start = max(start, scaling.exact(warmup_epochs))
         start_step = math.ceil(start * spe)
         if kw["staircase"]:
-            last = math.floor(Fraction(total_steps) / spe - start) + 1  # the epochs past it are never reached
-            drops = _boundary_steps([start + m for m in range(1, max(last, 0) + 1)], spe, warmup_steps)
+            # the epochs past it are never reached
+            last = math.floor(Fraction(total_steps) / spe - start) + 1
+            drops = _boundary_steps(
+                [start + m for m in range(1, max(last, 0) + 1)], spe, warmup_steps
+            )
             return lambda s: peak * jnp.power(rate, _float(_count_reached(s, drops)))
         return _exponential(peak, rate, start_step, total_steps, spe)
     # multistep
@@ -183,7 +198,8 @@ def _resolve_decay_kwargs(decay: str, decay_kwargs: dict) -> dict:
     unknown = sorted(set(decay_kwargs) - set(allowed))
     if unknown:
         raise ValueError(
-            f"decay {decay!r} takes no argument(s) {', '.join(unknown)}; valid: {', '.join(allowed) or 'none'}"
+            f"decay {decay!r} takes no argument(s) {', '.join(unknown)}; valid: "
+            f"{', '.join(allowed) or 'none'}"
         )
     kw = {**allowed, **decay_kwargs}
     _check_decay_arguments(decay, kw)
@@ -202,8 +218,8 @@ def warmup_decay_schedule(
 
     See the module docstring for the exact semantics and the formula of each decay. ``lr(W)`` is the
     peak (in the float dtype) bit for bit. Raises ``ValueError`` when the warmup is not shorter than
-    training (then the decay could never run), and ``TypeError`` / ``ValueError`` naming the argument
-    for a value that is not a number or has the wrong sign.
+    training (then the decay could never run), and ``TypeError`` / ``ValueError`` naming the
+    argument for a value that is not a number or has the wrong sign.
     """
     peak = float(scaling.check_lr(peak_lr, "peak_lr"))
     spe = _steps_per_epoch(steps_per_epoch)
@@ -213,8 +229,9 @@ def warmup_decay_schedule(
     total_steps = _steps(num_epochs, spe, "num_epochs")
     if warmup_steps >= total_steps:
         raise ValueError(
-            f"warmup of {float(warmup_epochs):g} epochs ({warmup_steps} steps) is not shorter than training "
-            f"({float(num_epochs):g} epochs, {total_steps} steps): lower the warmup or raise num_epochs"
+            f"warmup of {float(warmup_epochs):g} epochs ({warmup_steps} steps) is not shorter than "
+            f"training ({float(num_epochs):g} epochs, {total_steps} steps): lower the warmup or "
+            "raise num_epochs"
         )
     decay_fn = _decay_fn(decay, peak, warmup_epochs, warmup_steps, total_steps, spe, kw)
 
@@ -223,15 +240,17 @@ def warmup_decay_schedule(
         if not jnp.issubdtype(s.dtype, jnp.integer):
             s = jnp.floor(s).astype(jnp.int32)  # a float count is the number of whole updates done
         s = jnp.clip(s, 0, total_steps)
-        # the peak itself at s = W, selected rather than computed (s / W or a decay's 1 - 0 can round)
+        # the peak itself at s = W, selected rather than computed (s / W or a decay's 1 - 0 can
+        # round)
         value = jnp.where(s > warmup_steps, decay_fn(s), _float(peak))
         if warmup_steps == 0:
             return value
-        # one multiplication by a constant: the same rounding whether or not XLA fuses the expression
+        # one multiplication by a constant: the same rounding whether or not XLA fuses the
+        # expression
         return jnp.where(s < warmup_steps, _float(s) * (peak / warmup_steps), value)
 
-    # compiled once per shape of step: a direct call costs one small XLA computation instead of a dozen
-    # op-by-op dispatches, and gives what the same call inside a jitted step gives
+    # compiled once per shape of step: a direct call costs one small XLA computation instead of a
+    # dozen op-by-op dispatches, and gives what the same call inside a jitted step gives
     return jax.jit(schedule)
 
 
@@ -251,12 +270,15 @@ def scaled_schedule(
     """Scale the base recipe to ``batch_size`` with an (lr rule, warmup rule) pair, then warm up and
     decay as in :func:`warmup_decay_schedule` over the same epoch budget."""
     peak = scaling.scale_lr(base_lr, base_batch_size, batch_size, lr_rule)
-    warmup = scaling.scale_warmup_epochs(base_warmup_epochs, base_batch_size, batch_size, warmup_rule)
+    warmup = scaling.scale_warmup_epochs(
+        base_warmup_epochs, base_batch_size, batch_size, warmup_rule
+    )
     return warmup_decay_schedule(peak, warmup, num_epochs, steps_per_epoch, decay, **decay_kwargs)
 
 
 def scheme_schedule(scheme: str, *args, **kwargs) -> optax.Schedule:
-    """:func:`scaled_schedule` with the rule pair of a named scheme (legw | linear | sqrt | none)."""
+    """:func:`scaled_schedule` with the rule pair of a named scheme (legw | linear | sqrt |
+    none)."""
     lr_rule, warmup_rule = scaling.scheme_rules(scheme)
     return scaled_schedule(*args, lr_rule=lr_rule, warmup_rule=warmup_rule, **kwargs)
 
