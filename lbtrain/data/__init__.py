@@ -64,8 +64,8 @@ SYNTHETIC = {"lm": _random_lm, "images": _random_images, "mnist": _random_mnist}
 
 
 def synthetic(config, rows: int, seed: int = 0) -> Dataset:
-    """Random data shaped like ``config``'s dataset, ``rows`` training rows (one epoch = one batch of
-    ``rows``) and as many eval rows: for benchmarks, which time the step, not the data."""
+    """Random data shaped like ``config``'s dataset, ``rows`` training rows (one epoch = one batch
+    of ``rows``) and as many eval rows: for benchmarks, which time the step, not the data."""
     build = registry.choose(SYNTHETIC, config.data.name, "data.name (synthetic data)")
     return build(config, rows, np.random.default_rng(seed))
 

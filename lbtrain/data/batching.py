@@ -1,9 +1,9 @@
 """Deterministic, per-process batching.
 
 The order of the examples is a pure function of ``(seed, epoch)``, and the global batch at a step
-is a pure function of ``(seed, epoch, step_in_epoch)``; so any process (or a resumed run) can compute
-exactly the batches it owes without replaying the past. Batches drop the remainder of an epoch.
-Each process loads only its contiguous slice of every global batch.
+is a pure function of ``(seed, epoch, step_in_epoch)``; so any process (or a resumed run) can
+compute exactly the batches it owes without replaying the past. Batches drop the remainder of an
+epoch. Each process loads only its contiguous slice of every global batch.
 """
 
 from __future__ import annotations
@@ -19,7 +19,8 @@ from lbtrain.errors import ConfigError, ShardingError
 
 
 class Source(Protocol):
-    """Random-access examples: ``len(src)`` and ``src[indices] -> {name: array with leading len(indices)}``."""
+    """Random-access examples: ``len(src)`` and ``src[indices] -> {name: array with leading
+    len(indices)}``."""
 
     def __len__(self) -> int: ...
 
@@ -50,10 +51,13 @@ def epoch_order(seed: int, epoch: int, num_examples: int) -> np.ndarray:
 
 
 def steps_per_epoch(num_examples: int, global_batch: int) -> int:
+    """Whole batches of ``global_batch`` in ``num_examples`` (the remainder is dropped); a batch
+    larger than the data is refused."""
     steps = num_examples // global_batch
     if steps == 0:
         raise ConfigError(
-            f"batch_size={global_batch} is larger than the {num_examples} training examples: lower batch_size"
+            f"batch_size={global_batch} is larger than the {num_examples} training examples: lower "
+            "batch_size"
         )
     return steps
 
@@ -114,9 +118,9 @@ class TrainBatches(EpochBatches):
 def eval_indices(
     num_examples: int, batch_size: int, process_index: int = 0, process_count: int = 1
 ) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
-    """Every example exactly once, in order, in global batches of ``batch_size``: yields the global batch's
-    example indices (the last batch padded by repeating example 0), this process's positions in it, and
-    their weights (0 on padding)."""
+    """Every example exactly once, in order, in global batches of ``batch_size``: yields the global
+    batch's example indices (the last batch padded by repeating example 0), this process's positions
+    in it, and their weights (0 on padding)."""
     mine = process_slice(np.arange(batch_size), process_index, process_count)
     for start in range(0, num_examples, batch_size):
         idx = np.arange(start, start + batch_size)
@@ -128,7 +132,8 @@ def eval_indices(
 def eval_batches(
     source: Source, batch_size: int, process_index: int = 0, process_count: int = 1
 ) -> Iterator[dict[str, np.ndarray]]:
-    """This process's share of every eval batch (:func:`eval_indices`), with ``weight`` 0 on padding."""
+    """This process's share of every eval batch (:func:`eval_indices`), with ``weight`` 0 on
+    padding."""
     for idx, mine, weight in eval_indices(len(source), batch_size, process_index, process_count):
         batch = source[idx[mine]]
         batch["weight"] = weight

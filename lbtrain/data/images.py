@@ -2,17 +2,18 @@
 
 * ``source="imagenet"``: TFDS ``imagenet2012`` read by random access with ``tfds.data_source`` (no
   TensorFlow). Train: random-resized crop (area 8-100 %, aspect 3/4-4/3) to ``image_size``, random
-  horizontal flip; eval: resize the shorter side to ``image_size / 0.875`` and take the centre crop. Both
-  normalise with the ImageNet channel mean/std.
+  horizontal flip; eval: resize the shorter side to ``image_size / 0.875`` and take the centre crop.
+  Both normalise with the ImageNet channel mean/std.
 * ``source="digits"``: the 1,797 real 8x8 handwritten digits of ``sklearn.datasets.load_digits()``
-  (a fixed stratified 300 as the test split), scaled to [0, 1] and normalised; a random 1-pixel shift
-  (zero padding) as training augmentation.
+  (a fixed stratified 300 as the test split), scaled to [0, 1] and normalised; a random 1-pixel
+  shift (zero padding) as training augmentation.
 
-Batches: the example order is :func:`lbtrain.data.batching.epoch_order` of ``(seed, epoch)``, and every
-example's augmentation draws from a generator seeded by ``(seed, step, position in the global batch)``,
-so the batch at a step is a pure function of the step: a resumed run or another process computes exactly
-the same one. :class:`ImageBatches` builds that as a ``grain.MapDataset`` (random access by step) and
-iterates it with ``mp_prefetch`` worker processes that decode and augment ahead of the accelerator.
+Batches: the example order is :func:`lbtrain.data.batching.epoch_order` of ``(seed, epoch)``, and
+every example's augmentation draws from a generator seeded by ``(seed, step, position in the global
+batch)``, so the batch at a step is a pure function of the step: a resumed run or another process
+computes exactly the same one. :class:`ImageBatches` builds that as a ``grain.MapDataset`` (random
+access by step) and iterates it with ``mp_prefetch`` worker processes that decode and augment ahead
+of the accelerator.
 """
 
 from __future__ import annotations
@@ -34,15 +35,21 @@ IMAGENET_STD = np.asarray([0.229, 0.224, 0.225], np.float32) * 255
 MANUAL_DIR = "~/tensorflow_datasets/downloads/manual"
 
 
-# --- preprocessing (numpy + PIL, one example at a time, in the loader's workers) ---------------------
+# --- preprocessing (numpy + PIL, one example at a time, in the loader's workers) ------------------
 def _resize(image: np.ndarray, height: int, width: int) -> np.ndarray:
     from PIL import Image
 
     return np.asarray(Image.fromarray(image).resize((width, height), Image.BILINEAR))
 
 
-def random_resized_crop(image: np.ndarray, size: int, rng: np.random.Generator, area=(0.08, 1.0),
-                        ratio=(3 / 4, 4 / 3), attempts: int = 10) -> np.ndarray:  # fmt: skip
+def random_resized_crop(
+    image: np.ndarray,
+    size: int,
+    rng: np.random.Generator,
+    area=(0.08, 1.0),
+    ratio=(3 / 4, 4 / 3),
+    attempts: int = 10,
+) -> np.ndarray:
     """Inception-style crop: a random box of ``area`` of the image with log-uniform aspect ``ratio``
     (up to ``attempts`` tries, else the central crop), resized to ``size`` x ``size``."""
     h, w = image.shape[:2]
@@ -59,7 +66,8 @@ def random_resized_crop(image: np.ndarray, size: int, rng: np.random.Generator, 
 
 
 def center_crop(image: np.ndarray, size: int, crop_fraction: float = 0.875) -> np.ndarray:
-    """Resize the shorter side to ``size / crop_fraction``, then take the central ``size`` x ``size``."""
+    """Resize the shorter side to ``size / crop_fraction``, then take the central ``size`` x
+    ``size``."""
     h, w = image.shape[:2]
     short = int(round(size / crop_fraction))
     nh, nw = (
@@ -73,6 +81,7 @@ def center_crop(image: np.ndarray, size: int, crop_fraction: float = 0.875) -> n
 
 
 def normalize(image: np.ndarray) -> np.ndarray:
+    """``image`` (RGB) minus the ImageNet mean, over its standard deviation, as float32."""
     return ((image.astype(np.float32) - IMAGENET_MEAN) / IMAGENET_STD).astype(np.float32)
 
 
@@ -85,6 +94,8 @@ def _rgb(record: dict) -> np.ndarray:
 
 
 def imagenet_train(record: dict, rng: np.random.Generator, size: int) -> dict:
+    """Training preprocessing of one ImageNet ``record``: a random resized ``size`` x ``size`` crop
+    and a random horizontal flip, normalised; returns ``{"image", "label"}``."""
     image = random_resized_crop(_rgb(record), size, rng)
     if rng.random() < 0.5:
         image = image[:, ::-1]
@@ -92,6 +103,8 @@ def imagenet_train(record: dict, rng: np.random.Generator, size: int) -> dict:
 
 
 def imagenet_eval(record: dict, rng: np.random.Generator, size: int) -> dict:
+    """Eval preprocessing of one ImageNet ``record``: the central ``size`` x ``size`` crop,
+    normalised (``rng`` is unused)."""
     del rng
     return {"image": normalize(center_crop(_rgb(record), size)), "label": np.int32(record["label"])}
 
@@ -100,6 +113,8 @@ DIGITS_MEAN, DIGITS_STD = 4.88, 6.02  # over all 1,797 images (0..16 ink levels)
 
 
 def digits_train(record: dict, rng: np.random.Generator) -> dict:
+    """Training preprocessing of one 8x8 digits ``record``: a random shift of up to one pixel (zero
+    padding), standardised, as (8, 8, 1) float32."""
     image = np.pad(record["image"], 1)
     dy, dx = rng.integers(0, 3, 2)
     image = image[dy : dy + 8, dx : dx + 8]
@@ -110,9 +125,13 @@ def digits_train(record: dict, rng: np.random.Generator) -> dict:
 
 
 def digits_eval(record: dict, rng: np.random.Generator) -> dict:
+    """Eval preprocessing of one 8x8 digits ``record``: standardised, unshifted, as (8, 8, 1)
+    float32 (``rng`` is unused)."""
     del rng
-    return {"image": ((record["image"] - DIGITS_MEAN) / DIGITS_STD)[..., None].astype(np.float32),
-            "label": record["label"]}  # fmt: skip
+    return {
+        "image": ((record["image"] - DIGITS_MEAN) / DIGITS_STD)[..., None].astype(np.float32),
+        "label": record["label"],
+    }
 
 
 # --- sources -------------------------------------------------------------------------------------
@@ -126,12 +145,15 @@ class RecordSource:
         return len(self.source)
 
     def record(self, i: int) -> dict:
+        """Record ``i`` as a dict of arrays."""
         if isinstance(self.source, ArraySource):
             return {k: a[i] for k, a in self.source.arrays.items()}
         return self.source[int(i)]
 
 
 def digits(test_size: int = 300, split_seed: int = 0) -> tuple[ArraySource, ArraySource]:
+    """(train, test) sources of scikit-learn's 1,797 8x8 digits: a stratified ``test_size`` drawn
+    with ``split_seed`` is the test split."""
     try:
         from sklearn.datasets import load_digits
     except ImportError as e:
@@ -147,18 +169,23 @@ def digits(test_size: int = 300, split_seed: int = 0) -> tuple[ArraySource, Arra
 
 
 def imagenet_split(split: str, data_dir: str | None):
+    """The prepared TFDS ``imagenet2012`` split ``split`` in ``data_dir``, for random access, or a
+    one-line error that says how to prepare it."""
     from lbtrain.data.tfds_split import open_split
 
-    prepare = (f"ImageNet cannot be downloaded automatically; put ILSVRC2012_img_train.tar and "
-               f"ILSVRC2012_img_val.tar (from image-net.org) in {MANUAL_DIR}, run `tfds build imagenet2012 "
-               "--file_format=array_record`")  # fmt: skip
+    prepare = (
+        f"ImageNet cannot be downloaded automatically; put ILSVRC2012_img_train.tar and "
+        f"ILSVRC2012_img_val.tar (from image-net.org) in {MANUAL_DIR}, run `tfds build "
+        "imagenet2012 --file_format=array_record`"
+    )
     return open_split("imagenet2012", split, data_dir, instead="use source=digits", prepare=prepare)
 
 
 # --- batching ------------------------------------------------------------------------------------
 @dataclasses.dataclass
 class ImageBatches(EpochBatches):
-    """This process's share of the global training batches, decoded and augmented by grain workers."""
+    """This process's share of the global training batches, decoded and augmented by grain
+    workers."""
 
     source: RecordSource
     preprocess: Callable[[dict, np.random.Generator], dict]
@@ -187,6 +214,8 @@ class ImageBatches(EpochBatches):
         return self.preprocess(self.source.record(index), rng)
 
     def dataset(self, start_step: int = 0):
+        """The local batches from ``start_step`` on, as a ``grain.MapDataset`` (item ``i`` is the
+        batch of step ``start_step + i``)."""
         import grain
 
         first = start_step * self.local_batch
@@ -205,9 +234,8 @@ class ImageBatches(EpochBatches):
         if self.workers > 0:
             from absl import flags
 
-            if (
-                not flags.FLAGS.is_parsed()
-            ):  # grain reads its absl flags; outside an absl app use their defaults
+            # grain reads its absl flags; outside an absl app use their defaults
+            if not flags.FLAGS.is_parsed():
                 flags.FLAGS.mark_as_parsed()
             it = it.mp_prefetch(
                 grain.MultiprocessingOptions(num_workers=self.workers, per_worker_buffer_size=2)
@@ -216,7 +244,8 @@ class ImageBatches(EpochBatches):
 
 
 class PreprocessedSource:
-    """Eval examples (deterministic preprocessing) as a batch-indexable source for ``eval_batches``."""
+    """Eval examples (deterministic preprocessing) as a batch-indexable source for
+    ``eval_batches``."""
 
     def __init__(self, source: RecordSource, preprocess):
         self.source, self.preprocess = source, preprocess
@@ -240,8 +269,15 @@ class ImageData(Dataset):
     unit = "img"
 
     def train_batches(self, global_batch, seed, process_index=0, process_count=1):
-        return ImageBatches(self.train, self.train_preprocess, global_batch, seed, process_index, process_count,
-                            self.workers)  # fmt: skip
+        return ImageBatches(
+            self.train,
+            self.train_preprocess,
+            global_batch,
+            seed,
+            process_index,
+            process_count,
+            self.workers,
+        )
 
     def eval_batches(self, split, batch, process_index=0, process_count=1):
         from lbtrain.data.batching import eval_batches

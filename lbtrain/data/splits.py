@@ -10,13 +10,17 @@ SPLITS = ("train", "valid", "test")
 
 
 def chapter_split(chapter: int) -> str:
-    """The Bible corpora's split by chapter: of the chapters in canonical order (0-based), chapter ``k``
-    goes to test if ``k % 20 == 0``, to valid if ``k % 20 == 1``, else to train (5 % / 5 % / 90 %)."""
+    """The Bible corpora's split by chapter: of the chapters in canonical order (0-based), chapter
+    ``k`` goes to test if ``k % 20 == 0``, to valid if ``k % 20 == 1``, else to train (5 % / 5 % /
+    90 %)."""
     return "test" if chapter % 20 == 0 else "valid" if chapter % 20 == 1 else "train"
 
 
-def stratified_split(labels: np.ndarray, test_per_class: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
-    """(train indices, test indices): ``test_per_class`` examples of every class drawn with ``seed``."""
+def stratified_split(
+    labels: np.ndarray, test_per_class: int, seed: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """(train indices, test indices): ``test_per_class`` examples of every class drawn with
+    ``seed``."""
     rng = np.random.default_rng(seed)
     test = []
     for c in np.unique(labels):

@@ -21,10 +21,20 @@ from lbtrain.errors import ConfigError
 
 
 class StreamLayout:
-    def __init__(self, ids: np.ndarray, batch: int, window: int, process_index: int = 0, process_count: int = 1):
+    def __init__(
+        self,
+        ids: np.ndarray,
+        batch: int,
+        window: int,
+        process_index: int = 0,
+        process_count: int = 1,
+    ):
         length = (len(ids) - 1) // batch
         if length < 1:
-            raise ConfigError(f"a stream of {len(ids)} tokens cannot fill batch_size={batch} rows: lower batch_size")
+            raise ConfigError(
+                f"a stream of {len(ids)} tokens cannot fill batch_size={batch} rows: lower "
+                "batch_size"
+            )
         self.batch, self.window, self.length = batch, window, length
         rows = process_slice(np.arange(batch), process_index, process_count)
         self.inputs = ids[: batch * length].reshape(batch, length)[rows]
@@ -38,7 +48,10 @@ class StreamBatches(StreamLayout, Batches):
         super().__init__(ids, batch, window, process_index, process_count)
         self.steps_per_epoch = self.length // window
         if self.steps_per_epoch == 0:
-            raise ConfigError(f"rows of {self.length} tokens are shorter than one window of {window}: lower batch_size")
+            raise ConfigError(
+                f"rows of {self.length} tokens are shorter than one window of {window}: lower "
+                "batch_size"
+            )
 
     def batch_at(self, step: int) -> dict[str, np.ndarray]:
         w = step % self.steps_per_epoch
@@ -47,7 +60,9 @@ class StreamBatches(StreamLayout, Batches):
         return {"inputs": self.inputs[:, cols], "targets": self.targets[:, cols], "reset": reset}
 
 
-def eval_windows(ids, batch, window, process_index=0, process_count=1) -> Iterator[dict[str, np.ndarray]]:
+def eval_windows(
+    ids, batch, window, process_index=0, process_count=1
+) -> Iterator[dict[str, np.ndarray]]:
     """Every window of the stream in order, the last one padded with ``weight`` 0: all
     ``batch * ((n - 1) // batch)`` predictable tokens are scored exactly once."""
     layout = StreamLayout(ids, batch, window, process_index, process_count)
@@ -57,6 +72,8 @@ def eval_windows(ids, batch, window, process_index=0, process_count=1) -> Iterat
         inputs, targets = layout.inputs[:, start:stop], layout.targets[:, start:stop]
         weight = np.ones(inputs.shape, np.float32)
         if pad:
-            inputs, targets, weight = (np.pad(a, ((0, 0), (0, pad))) for a in (inputs, targets, weight))
+            inputs, targets, weight = (
+                np.pad(a, ((0, 0), (0, pad))) for a in (inputs, targets, weight)
+            )
         reset = np.full((len(inputs),), 1.0 if start == 0 else 0.0, np.float32)
         yield {"inputs": inputs, "targets": targets, "weight": weight, "reset": reset}

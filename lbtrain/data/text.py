@@ -1,7 +1,7 @@
 """Word-level text: PTB-style tokenisation, a frequency-ranked vocabulary, and id streams.
 
-PTB style: lower-case words, digits -> ``N``, punctuation dropped, ``<eos>`` at every line end, words
-outside the ``size`` most frequent training words -> ``<unk>``.
+PTB style: lower-case words, digits -> ``N``, punctuation dropped, ``<eos>`` at every line end,
+words outside the ``size`` most frequent training words -> ``<unk>``.
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ _WORD = re.compile(r"[a-z]+(?:'[a-z]+)*|N")
 
 
 def tokenize(line: str) -> list[str]:
-    """``"And God said, Let there be light: 3 days."`` -> ``['and', 'god', 'said', 'let', 'there', 'be',
-    'light', 'N', 'days']``."""
+    """``"And God said, Let there be light: 3 days."`` -> ``['and', 'god', 'said', 'let', 'there',
+    'be', 'light', 'N', 'days']``."""
     return _WORD.findall(re.sub(r"[0-9]+(?:[.,][0-9]+)*", " N ", line.lower()))
 
 
@@ -70,7 +70,8 @@ class Vocab:
 
 
 def unigram_perplexity(train_ids: np.ndarray, eval_ids: np.ndarray, vocab_size: int) -> float:
-    """Perplexity of ``eval_ids`` under the (add-one smoothed) unigram distribution of ``train_ids``."""
+    """Perplexity of ``eval_ids`` under the (add-one smoothed) unigram distribution of
+    ``train_ids``."""
     counts = np.bincount(train_ids, minlength=vocab_size).astype(np.float64) + 1.0
     logp = np.log(counts / counts.sum())
     return float(np.exp(-logp[eval_ids].mean()))

@@ -1,17 +1,18 @@
 """Translation data: subword-encoded sentence pairs in length-bucketed, padded batches.
 
-Batches are ``{"src": int32 (B, L), "tgt_in": int32 (B, L), "tgt_out": int32 (B, L)}`` with ``tgt_in =
-[bos] + y`` and ``tgt_out = y + [eos]``, padded with 0 to ``L``, the smallest multiple of
-``bucket_width`` that holds the longest source and target of the *global* batch (so every process pads
-alike and the step compiles once per bucket, not once per length). Eval batches also hold ``weight``
-(0 on padding rows).
+Batches are ``{"src": int32 (B, L), "tgt_in": int32 (B, L), "tgt_out": int32 (B, L)}`` with ``tgt_in
+= [bos] + y`` and ``tgt_out = y + [eos]``, padded with 0 to ``L``, the smallest multiple of
+``bucket_width`` that holds the longest source and target of the *global* batch (so every process
+pads alike and the step compiles once per bucket, not once per length). Eval batches also hold
+``weight`` (0 on padding rows).
 
-Training order (a pure function of ``(seed, epoch)``, like :mod:`lbtrain.data.batching`): the epoch's
-permutation is cut into windows of ``sort_window`` batches; each window is sorted by length and chopped
-into batches; the epoch's batches are then shuffled. So a batch holds sentences of similar length (little
-padding) while batches still come in random order. Pairs longer than ``max_len`` subwords on either side
-are left out of training and counted (``dropped``); eval sources longer than ``max_eval_len`` are
-truncated and counted, and BLEU is always computed against the full raw references.
+Training order (a pure function of ``(seed, epoch)``, like :mod:`lbtrain.data.batching`): the
+epoch's permutation is cut into windows of ``sort_window`` batches; each window is sorted by length
+and chopped into batches; the epoch's batches are then shuffled. So a batch holds sentences of
+similar length (little padding) while batches still come in random order. Pairs longer than
+``max_len`` subwords on either side are left out of training and counted (``dropped``); eval sources
+longer than ``max_eval_len`` are truncated and counted, and BLEU is always computed against the full
+raw references.
 """
 
 from __future__ import annotations
@@ -39,12 +40,14 @@ class Ragged:
         return len(self.lengths)
 
     def row(self, i: int) -> np.ndarray:
+        """Row ``i``'s tokens, unpadded."""
         return self.flat[self.offsets[i] : self.offsets[i + 1]]
 
     def padded(
         self, indices: np.ndarray, length: int, prefix: int | None = None, suffix: int | None = None
     ):
-        """Rows ``indices`` as a (len(indices), length) array, each optionally with a token before/after."""
+        """Rows ``indices`` as a (len(indices), length) array, each optionally with a token
+        before/after."""
         out = np.zeros((len(indices), length), np.int32)
         for r, i in enumerate(indices):
             row = self.row(int(i))
@@ -57,6 +60,7 @@ class Ragged:
 
 
 def bucket(length: int, width: int) -> int:
+    """``length`` rounded up to a multiple of ``width``, at least ``width``."""
     return max(width, -(-int(length) // width) * width)
 
 
@@ -93,7 +97,8 @@ class BucketedBatches(EpochBatches):
         self._epoch, self._batches = None, None
 
     def epoch_batches(self, epoch: int) -> np.ndarray:
-        """(steps_per_epoch, global_batch) example indices of ``epoch``, in the order they are used."""
+        """(steps_per_epoch, global_batch) example indices of ``epoch``, in the order they are
+        used."""
         if epoch != self._epoch:
             b, steps = self.global_batch, self.steps_per_epoch
             order = epoch_order(self.seed, epoch, len(self.src))[: steps * b]
@@ -116,7 +121,8 @@ class BucketedBatches(EpochBatches):
 
 @dataclasses.dataclass
 class EvalSet:
-    """One eval split, sorted by source length (``order[i]`` is the original index of sorted row i)."""
+    """One eval split, sorted by source length (``order[i]`` is the original index of sorted row
+    i)."""
 
     src: Ragged
     tgt: Ragged
@@ -150,19 +156,32 @@ class TranslationData(Dataset):
         return {"pad_id": subword.PAD}
 
     def summary(self) -> str:
+        """One line: the training pairs kept and left out, the eval sentences and truncations, the
+        subword vocabulary size."""
         ev = ", ".join(
             f"{k} {len(v.src)} (sources truncated: {v.truncated})" for k, v in self.evals.items()
         )
-        return (f"translation pairs: train {self.num_train} ({self.dropped} longer than max_len={self.max_len} "
-                f"subwords left out) | {ev} | subword vocab {self.processor.get_piece_size()}")  # fmt: skip
+        return (
+            f"translation pairs: train {self.num_train} ({self.dropped} longer than "
+            f"max_len={self.max_len} subwords left out) | {ev} | subword vocab "
+            f"{self.processor.get_piece_size()}"
+        )
 
     def train_batches(self, global_batch, seed, process_index=0, process_count=1):
-        return BucketedBatches(self.train_src, self.train_tgt, global_batch, seed, process_index, process_count,
-                               self.bucket_width, self.sort_window)  # fmt: skip
+        return BucketedBatches(
+            self.train_src,
+            self.train_tgt,
+            global_batch,
+            seed,
+            process_index,
+            process_count,
+            self.bucket_width,
+            self.sort_window,
+        )
 
     def eval_batches(self, split, batch, process_index=0, process_count=1):
-        """Every example of ``split`` once, in sorted order; the last batch padded with weight-0 copies of
-        example 0, the shortest, so padding never widens a batch."""
+        """Every example of ``split`` once, in sorted order; the last batch padded with weight-0
+        copies of example 0, the shortest, so padding never widens a batch."""
         ev = self.evals[split]
         for idx, mine, weight in eval_indices(len(ev.src), batch, process_index, process_count):
             out = _assemble(ev.src, ev.tgt, idx, idx[mine], self.bucket_width)
@@ -172,8 +191,9 @@ class TranslationData(Dataset):
     def score(
         self, split: str, hypotheses: np.ndarray
     ) -> tuple[dict[str, float], list[tuple[str, str, str]]]:
-        """BLEU (sacrebleu, on detokenised text against the raw references) of the decoded ids of every
-        ``split`` example (rows in eval order), and a few (source, reference, output) samples."""
+        """BLEU (sacrebleu, on detokenised text against the raw references) of the decoded ids of
+        every ``split`` example (rows in eval order), and a few (source, reference, output)
+        samples."""
         import sacrebleu
 
         ev = self.evals[split]

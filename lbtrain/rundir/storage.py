@@ -68,9 +68,7 @@ def path(p: str | os.PathLike) -> epath.Path:
     s = os.fspath(p)
     if "://" in s:
         if not is_cloud(s):
-            raise StorageError(
-                f"{s}: only local paths and gs:// are supported as run directories"
-            )
+            raise StorageError(f"{s}: only local paths and gs:// are supported as run directories")
         require_cloud_extra(s)
         return epath.Path(s.rstrip("/"))
     return epath.Path(os.path.abspath(s))

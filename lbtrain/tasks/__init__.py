@@ -1,4 +1,5 @@
-"""What "trained" means per application: loss as (sum, count, carry), eval metrics and the evaluation.
+"""What "trained" means per application: loss as (sum, count, carry), eval metrics and the
+evaluation.
 
 See :mod:`lbtrain.tasks.base` for the interface. ``TASKS`` maps a config's ``task`` name to a
 constructor whose keyword parameters are the top-level config keys it reads (``loss_reduction``, the

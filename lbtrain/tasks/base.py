@@ -32,27 +32,39 @@ class SplitResult:
 
 
 class MetricEvaluator:
-    """Sums the task's ``eval_metrics`` over every eval batch of every split (carrying state across the
-    batches of a split, from a zero carry), then ``summarize``. Params and model state replicated, batches
-    and carry split along ``'data'``."""
+    """Sums the task's ``eval_metrics`` over every eval batch of every split (carrying state across
+    the batches of a split, from a zero carry), then ``summarize``. Params and model state
+    replicated, batches and carry split along ``'data'``."""
 
     def __init__(self, task, graphdef, data, mesh, eval_batch: int, params, model_state):
-        self.task, self.graphdef, self.data, self.mesh, self.eval_batch = task, graphdef, data, mesh, eval_batch
+        self.task, self.graphdef, self.data, self.mesh, self.eval_batch = (
+            task,
+            graphdef,
+            data,
+            mesh,
+            eval_batch,
+        )
         repl, rows = parallel.replicated(mesh), parallel.batch_sharding(mesh)
 
         def eval_step(params, model_state, carry, batch):
             return task.eval_metrics(nnx.merge(graphdef, params, model_state), batch, carry)
 
-        self.step = jax.jit(eval_step, in_shardings=(repl, repl, rows, rows), out_shardings=(repl, rows))
-        self.initial_carry = jax.device_put(task.init_carry(nnx.merge(graphdef, params, model_state), eval_batch),
-                                            rows)  # fmt: skip
+        self.step = jax.jit(
+            eval_step, in_shardings=(repl, repl, rows, rows), out_shardings=(repl, rows)
+        )
+        self.initial_carry = jax.device_put(
+            task.init_carry(nnx.merge(graphdef, params, model_state), eval_batch), rows
+        )
 
     def batches(self, split: str):
+        """This process's eval batches of ``split``, as global arrays on the mesh."""
         pidx, pcount = jax.process_index(), jax.process_count()
         for batch in self.data.eval_batches(split, self.eval_batch, pidx, pcount):
             yield parallel.to_global(batch, self.mesh)
 
     def split_metrics(self, params, model_state, split: str) -> dict:
+        """The task's summarised metrics of ``split`` at ``params``, summed over every eval
+        batch."""
         totals, carry = None, self.initial_carry
         for batch in self.batches(split):
             sums, carry = self.step(params, model_state, carry, batch)
@@ -60,7 +72,10 @@ class MetricEvaluator:
         return self.task.summarize({k: float(v) for k, v in jax.device_get(totals).items()})
 
     def __call__(self, params, model_state) -> dict[str, SplitResult]:
-        return {split: SplitResult(self.split_metrics(params, model_state, split)) for split in self.data.eval_splits}
+        return {
+            split: SplitResult(self.split_metrics(params, model_state, split))
+            for split in self.data.eval_splits
+        }
 
 
 class Task(Protocol):

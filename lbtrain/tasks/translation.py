@@ -1,14 +1,15 @@
-"""Translation: per-token cross-entropy over the real target tokens, perplexity, and decoding for BLEU.
+"""Translation: per-token cross-entropy over the real target tokens, perplexity, and decoding for
+BLEU.
 
 Batches are ``{"src", "tgt_in", "tgt_out": int (B, L), optional "weight": float (B,)}`` (see
-:mod:`lbtrain.data.translation`). The training loss may use label smoothing (``model.label_smoothing``);
-the eval loss never does, so eval perplexity is the model's real one. Each evaluation also decodes every
-eval sentence on device (greedy or beam search) and scores the detokenised output with BLEU and chrF on
-the host (``data.score``).
+:mod:`lbtrain.data.translation`). The training loss may use label smoothing
+(``model.label_smoothing``); the eval loss never does, so eval perplexity is the model's real one.
+Each evaluation also decodes every eval sentence on device (greedy or beam search) and scores the
+detokenised output with BLEU and chrF on the host (``data.score``).
 
-The training loss is the per-token mean (``loss_reduction="token"``) or, as tensorflow/nmt and the MLPerf
-GNMT reference train, the cross-entropy summed over each sentence's target tokens and averaged over the
-sentences (``"sequence"``); the eval loss and perplexity are per token either way.
+The training loss is the per-token mean (``loss_reduction="token"``) or, as tensorflow/nmt and the
+MLPerf GNMT reference train, the cross-entropy summed over each sentence's target tokens and
+averaged over the sentences (``"sequence"``); the eval loss and perplexity are per token either way.
 """
 
 from __future__ import annotations
@@ -45,9 +46,11 @@ class TranslationTask(CountsTokens):
         self.decode = call(decode_settings, decode or {}, path="decode", what="task='translation'")
 
     def loss(self, model, batch, carry):
-        """(sum of per-token cross-entropy, count, carry); the count is the number of real target tokens
-        (``"token"``) or of sentences with a real weight (``"sequence"``)."""
-        loss_sum, tokens = model.loss(batch["src"], batch["tgt_in"], batch["tgt_out"], batch.get("weight"))
+        """(sum of per-token cross-entropy, count, carry); the count is the number of real target
+        tokens (``"token"``) or of sentences with a real weight (``"sequence"``)."""
+        loss_sum, tokens = model.loss(
+            batch["src"], batch["tgt_in"], batch["tgt_out"], batch.get("weight")
+        )
         return loss_sum, tokens if self.reduction == "token" else self._sentences(batch), carry
 
     @staticmethod
@@ -65,31 +68,44 @@ class TranslationTask(CountsTokens):
         return jnp.sum(real if w is None else real * w[:, None].astype(jnp.float32))
 
     def eval_metrics(self, model, batch, carry):
-        nll, count = model.loss(batch["src"], batch["tgt_in"], batch["tgt_out"], batch.get("weight"),
-                                label_smoothing=0.0)  # fmt: skip
+        nll, count = model.loss(
+            batch["src"],
+            batch["tgt_in"],
+            batch["tgt_out"],
+            batch.get("weight"),
+            label_smoothing=0.0,
+        )
         return {"nll_sum": nll, "count": count}, carry
 
-    summarize = staticmethod(LanguageModelTask.summarize)  # the same sums: per-token loss and perplexity
+    # the same sums: per-token loss and perplexity
+    summarize = staticmethod(LanguageModelTask.summarize)
 
     def translate(self, model, batch):
-        """Output ids (B, max_len) for ``batch["src"]``: greedy for beam_size 1, else beam search."""
+        """Output ids (B, max_len) for ``batch["src"]``: greedy for beam_size 1, else beam
+        search."""
         return translate(model, batch["src"], bos=BOS, eos=EOS, pad=PAD, **self.decode)
 
     def evaluator(self, graphdef, data, mesh, eval_batch: int, params, model_state):
+        """A :class:`DecodingEvaluator`: the loss and perplexity, then BLEU and chrF of the decoded
+        sentences."""
         return DecodingEvaluator(self, graphdef, data, mesh, eval_batch, params, model_state)
 
 
 class DecodingEvaluator(MetricEvaluator):
     """Per split: the loss and perplexity, then every sentence decoded and scored (BLEU, chrF)."""
 
-    def __init__(self, task: TranslationTask, graphdef, data, mesh, eval_batch, params, model_state):
+    def __init__(
+        self, task: TranslationTask, graphdef, data, mesh, eval_batch, params, model_state
+    ):
         super().__init__(task, graphdef, data, mesh, eval_batch, params, model_state)
         repl, rows = parallel.replicated(mesh), parallel.batch_sharding(mesh)
 
         def translate_fn(params, model_state, batch):
             return task.translate(nnx.merge(graphdef, params, model_state), batch)
 
-        self.translate_step = jax.jit(translate_fn, in_shardings=(repl, repl, rows), out_shardings=rows)
+        self.translate_step = jax.jit(
+            translate_fn, in_shardings=(repl, repl, rows), out_shardings=rows
+        )
 
     def generate(self, params, model_state, split: str) -> np.ndarray:
         """Decoded ids of every row of every global eval batch, in order, on the host."""
