@@ -1,4 +1,5 @@
-"""Config helpers: parse ``get_config(arg)`` strings, validate names, build the shared optim block."""
+"""Config helpers: parse ``get_config(arg)`` strings, validate names, build the shared optim
+block."""
 
 from __future__ import annotations
 
@@ -24,7 +25,11 @@ def _coerce(key: str, text: str, default):
             raise ConfigError(f"config arg {key}={text!r} must be a number") from None
         if not isinstance(value, (int, float)) or isinstance(value, bool):
             raise ConfigError(f"config arg {key}={text!r} must be a number")
-        return type(default)(value) if isinstance(default, float) or float(value).is_integer() else value
+        return (
+            type(default)(value)
+            if isinstance(default, float) or float(value).is_integer()
+            else value
+        )
     return text
 
 
@@ -34,7 +39,9 @@ def parse_arg(arg: str | None, **defaults) -> ml_collections.ConfigDict:
     out = dict(defaults)
     for item in filter(None, (arg or "").split(",")):
         if "=" not in item:
-            raise ConfigError(f"config arg {item!r} is not key=value; valid keys: {', '.join(defaults)}")
+            raise ConfigError(
+                f"config arg {item!r} is not key=value; valid keys: {', '.join(defaults)}"
+            )
         key, text = (s.strip() for s in item.split("=", 1))
         if key not in defaults:
             raise ConfigError(f"unknown config arg {key!r}; valid keys: {', '.join(defaults)}")
@@ -58,38 +65,45 @@ def _update(cfg: ml_collections.ConfigDict, overrides: dict) -> None:
 
 
 def given_keys(arg: str | None) -> set[str]:
-    """The keys ``arg`` sets explicitly (to refuse a combination that would override one of them)."""
+    """The keys ``arg`` sets explicitly (to refuse a combination that would override one of
+    them)."""
     return {item.split("=", 1)[0].strip() for item in filter(None, (arg or "").split(","))}
 
 
 def refuse_overridden(a, arg: str | None, what: str, forced: dict) -> None:
-    """``what`` (e.g. ``runlocal=True``) sets the keys in ``forced``; refuse if ``arg`` (parsed: ``a``) set one
-    of them to another value, since it would be silently replaced."""
+    """``what`` (e.g. ``runlocal=True``) sets the keys in ``forced``; refuse if ``arg`` (parsed:
+    ``a``) set one of them to another value, since it would be silently replaced."""
     for key in sorted(given_keys(arg) & set(forced)):
         if a[key] != forced[key]:
-            raise ConfigError(f"{what} uses {key}={forced[key]} but the config arg sets {key}={a[key]}: drop one of "
-                              "the two")  # fmt: skip
+            raise ConfigError(
+                f"{what} uses {key}={forced[key]} but the config arg sets {key}={a[key]}: drop one "
+                "of the two"
+            )
 
 
 def optim_config(**overrides) -> ml_collections.ConfigDict:
-    """The optimizer block every application shares: the common keys, then one block per optimizer and
-    one per decay with their defaults (``optim.hyperparameters``, ``DECAY_DEFAULTS``). Only the
-    selected optimizer's and decay's blocks act; :func:`validate` refuses a value set in another one.
-    ``overrides`` may be nested dicts, e.g. ``schedule=dict(decay="poly", poly=dict(power=2.0))``."""
+    """The optimizer block every application shares: the common keys, then one block per optimizer
+    and one per decay with their defaults (``optim.hyperparameters``, ``DECAY_DEFAULTS``). Only the
+    selected optimizer's and decay's blocks act; :func:`validate` refuses a value set in another
+    one. ``overrides`` may be nested dicts, e.g. ``schedule=dict(decay="poly",
+    poly=dict(power=2.0))``."""
     cfg = ml_collections.ConfigDict()
-    cfg.name = "momentum"  # a key of lbtrain.optim.OPTIMIZERS; its hyper-parameters are in optim.<name>
+    # a key of lbtrain.optim.OPTIMIZERS; its hyper-parameters are in optim.<name>
+    cfg.name = "momentum"
     cfg.base_lr = 0.1  # peak LR at base_batch_size (the tuned base recipe)
     cfg.base_batch_size = 128  # B0: the batch the base recipe was tuned at
     cfg.scheme = "legw"  # a key of lbtrain.optim.SCHEMES: how lr and warmup scale with batch/B0
     cfg.clip_norm = 0.0  # global-norm gradient clipping; 0 = off
     cfg.weight_decay = 0.0  # L2 on the gradient (adamw: decoupled; lars/lamb: in their formulas)
-    cfg.mask = _block(optim.MASK_DEFAULTS)  # which leaves get weight decay / a trust ratio: ndim >= min_ndim,
-    # unless a regex in exclude_from_* matches their path
+    # which leaves get weight decay / a trust ratio: ndim >= min_ndim, unless a regex in
+    # exclude_from_* matches their path
+    cfg.mask = _block(optim.MASK_DEFAULTS)
     for name in optim.OPTIMIZERS:
         cfg[name] = _block(optim.hyperparameters(name))
     cfg.schedule = ml_collections.ConfigDict()
     cfg.schedule.warmup_epochs = 0.0  # W0 at base_batch_size; scaled by the scheme's warmup rule
-    cfg.schedule.decay = "constant"  # a key of lbtrain.optim.DECAYS; its arguments are in schedule.<decay>
+    # a key of lbtrain.optim.DECAYS; its arguments are in schedule.<decay>
+    cfg.schedule.decay = "constant"
     for name, defaults in optim.DECAY_DEFAULTS.items():
         cfg.schedule[name] = _block(defaults)
     _update(cfg, overrides)
@@ -100,20 +114,26 @@ def add_run_fields(config: ml_collections.ConfigDict) -> ml_collections.ConfigDi
     """Checkpointing and resume fields every application shares."""
     config.checkpoint_every_epochs = 1.0  # save the whole train state this often (and at the end)
     config.keep_checkpoints = 2
-    config.resume_policy = "strict"  # strict: refuse to resume a workdir whose config differs | allow_changes
-    config.nan_policy = "stop"  # stop: a non-finite loss/gradient/update/parameter ends the run | skip: drop it
-    config.max_consecutive_skips = 20  # nan_policy=skip: this many skipped updates in a row end the run
-    # the PRNG behind dropout (see docs/performance.md): threefry2x32 (JAX's default: the same bits on any
-    # device count and platform) | rbg | unsafe_rbg (XLA's RngBitGenerator: cheaper on accelerators)
+    # strict: refuse to resume a workdir whose config differs | allow_changes
+    config.resume_policy = "strict"
+    # stop: a non-finite loss/gradient/update/parameter ends the run | skip: drop it
+    config.nan_policy = "stop"
+    # nan_policy=skip: this many skipped updates in a row end the run
+    config.max_consecutive_skips = 20
+    # the PRNG behind dropout (see docs/performance.md): threefry2x32 (JAX's default: the same bits
+    # on any device count and platform) | rbg | unsafe_rbg (XLA's RngBitGenerator: cheaper on
+    # accelerators)
     config.prng_impl = DEFAULT_PRNG_IMPL
-    # freed host memory (see lbtrain/hostmem.py): auto (reuse on the CPU for a large step, else system) |
-    # reuse (keep it for XLA:CPU's next step: far fewer page faults, a higher peak RSS) | system (the C
-    # library's defaults)
+    # freed host memory (see lbtrain/hostmem.py): auto (reuse on the CPU for a large step, else
+    # system) | reuse (keep it for XLA:CPU's next step: far fewer page faults, a higher peak RSS) |
+    # system (the C library's defaults)
     config.host_malloc = hostmem.DEFAULT_MODE
     config.accum_steps = 1  # micro-batches per update (gradient accumulation inside the step)
-    config.noise_scale = False  # log the gradient noise scale (micro-batch vs full-batch gradients; >= 2 micro-batches)
-    # multi-process: auto = jax.distributed.initialize() discovers the cluster (TPU VM slices, SLURM, Open MPI,
-    # Kubernetes; scripts/tpu_launch.sh sets $LBTRAIN_DISTRIBUTED_AUTO=1 instead); or an explicit coordinator
+    # log the gradient noise scale (micro-batch vs full-batch gradients; >= 2 micro-batches)
+    config.noise_scale = False
+    # multi-process: auto = jax.distributed.initialize() discovers the cluster (TPU VM slices,
+    # SLURM, Open MPI, Kubernetes; scripts/tpu_launch.sh sets $LBTRAIN_DISTRIBUTED_AUTO=1 instead);
+    # or an explicit coordinator
     config.distributed = ml_collections.ConfigDict()
     config.distributed.auto = False
     config.distributed.coordinator_address = ""  # host:port of process 0 (or $LBTRAIN_COORDINATOR)
@@ -123,9 +143,20 @@ def add_run_fields(config: ml_collections.ConfigDict) -> ml_collections.ConfigDi
 
 
 # Fields that may change between a run and its resumption without altering what is computed.
-RESUMABLE_CHANGES = ("log_every_steps", "eval_every_epochs", "checkpoint_every_epochs", "keep_checkpoints",
-                     "resume_policy", "num_devices", "host_malloc", "eval_batch_size", "distributed.coordinator_address",
-                     "distributed.num_processes", "distributed.process_id", "distributed.auto")  # fmt: skip
+RESUMABLE_CHANGES = (
+    "log_every_steps",
+    "eval_every_epochs",
+    "checkpoint_every_epochs",
+    "keep_checkpoints",
+    "resume_policy",
+    "num_devices",
+    "host_malloc",
+    "eval_batch_size",
+    "distributed.coordinator_address",
+    "distributed.num_processes",
+    "distributed.process_id",
+    "distributed.auto",
+)
 RESUME_POLICIES = ("strict", "allow_changes")
 PRNG_IMPLS = ("threefry2x32", "rbg", "unsafe_rbg")
 DEFAULT_PRNG_IMPL = PRNG_IMPLS[0]
@@ -159,10 +190,13 @@ def _as_plain(v):
 
 
 def _unselected_blocks(config) -> None:
-    """A value set in the block of an optimizer or a decay that is not selected would be ignored: refuse it."""
+    """A value set in the block of an optimizer or a decay that is not selected would be ignored:
+    refuse it."""
     o = config.optim
     blocks = [(f"optim.{n}", optim.hyperparameters(n), n == o.name) for n in optim.OPTIMIZERS]
-    blocks += [(f"optim.schedule.{n}", d, n == o.schedule.decay) for n, d in optim.DECAY_DEFAULTS.items()]
+    blocks += [
+        (f"optim.schedule.{n}", d, n == o.schedule.decay) for n, d in optim.DECAY_DEFAULTS.items()
+    ]
     for where, defaults, selected in blocks:
         block = config
         for part in where.split("."):
@@ -171,56 +205,78 @@ def _unselected_blocks(config) -> None:
         if changed and not selected:
             what = "optim.name" if where.count(".") == 1 else "optim.schedule.decay"
             raise ConfigError(
-                f"{where}.{changed[0]} is set but {what} is {o.name if what == 'optim.name' else o.schedule.decay!r}:"
-                f" it would be ignored; remove it or select {where.rsplit('.', 1)[1]!r}"
+                f"{where}.{changed[0]} is set but {what} is "
+                f"{o.name if what == 'optim.name' else o.schedule.decay!r}: it would be ignored; "
+                f"remove it or select {where.rsplit('.', 1)[1]!r}"
             )
     constructor = optim.OPTIMIZERS[o.name]
     facts = [f for f in optim.FACTS if f in registry.signature_keys(constructor)[0]]
-    registry.check(constructor, o[o.name], path=f"optim.{o.name}", what=f"optim.name={o.name!r}",
-                   facts=facts)
+    registry.check(
+        constructor, o[o.name], path=f"optim.{o.name}", what=f"optim.name={o.name!r}", facts=facts
+    )
     trust = optim.has_trust_ratio(o.name)
     if tuple(o.mask.exclude_from_trust_ratio) and not trust:
-        raise ConfigError(f"optim.mask.exclude_from_trust_ratio is set but optim.name={o.name!r} has no trust "
-                          "ratio (lars, lamb): it would be ignored; remove it")  # fmt: skip
+        raise ConfigError(
+            f"optim.mask.exclude_from_trust_ratio is set but optim.name={o.name!r} has no trust "
+            "ratio (lars, lamb): it would be ignored; remove it"
+        )
     if tuple(o.mask.exclude_from_weight_decay) and not o.weight_decay:
-        raise ConfigError("optim.mask.exclude_from_weight_decay is set but optim.weight_decay is 0: it would be "
-                          "ignored; remove it or set a weight decay")  # fmt: skip
+        raise ConfigError(
+            "optim.mask.exclude_from_weight_decay is set but optim.weight_decay is 0: it would be "
+            "ignored; remove it or set a weight decay"
+        )
 
 
 def _in_range(key: str, value, lo=None, hi=None, *, lo_open=False, integer=False) -> None:
-    """``key``'s value must lie in [lo, hi] (or (lo, hi] with ``lo_open``), finite, and whole if ``integer``."""
+    """``key``'s value must lie in [lo, hi] (or (lo, hi] with ``lo_open``), finite, and whole if
+    ``integer``."""
     import math
 
     ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
     ok = ok and (not integer or float(value).is_integer())
-    ok = ok and (lo is None or (value > lo if lo_open else value >= lo)) and (hi is None or value <= hi)
+    ok = (
+        ok
+        and (lo is None or (value > lo if lo_open else value >= lo))
+        and (hi is None or value <= hi)
+    )
     if not ok:
         left = "any" if lo is None else f"{'(' if lo_open else '['}{lo:g}"
         right = "" if hi is None else f", {hi:g}]"
         span = f"{left}{right}" if hi is not None else (f"> {lo:g}" if lo_open else f">= {lo:g}")
-        raise ConfigError(f"{key}={value!r} is out of range: use {'an integer ' if integer else 'a number '}{span}")
+        raise ConfigError(
+            f"{key}={value!r} is out of range: use "
+            f"{'an integer ' if integer else 'a number '}{span}"
+        )
 
 
 # numeric keys every application has: (key, lo, hi, lo_open, integer)
 RANGES = (
-    ("batch_size", 0, None, True, True), ("eval_batch_size", 0, None, False, True),
-    ("num_epochs", 0, 1e6, True, False), ("eval_every_epochs", 0, None, True, False),
-    ("log_every_steps", 1, None, False, True), ("num_devices", 0, None, False, True),
-    ("seed", 0, 2**31 - 1, False, True), ("checkpoint_every_epochs", 0, None, True, False),
-    ("keep_checkpoints", 1, None, False, True), ("accum_steps", 1, None, False, True),
+    ("batch_size", 0, None, True, True),
+    ("eval_batch_size", 0, None, False, True),
+    ("num_epochs", 0, 1e6, True, False),
+    ("eval_every_epochs", 0, None, True, False),
+    ("log_every_steps", 1, None, False, True),
+    ("num_devices", 0, None, False, True),
+    ("seed", 0, 2**31 - 1, False, True),
+    ("checkpoint_every_epochs", 0, None, True, False),
+    ("keep_checkpoints", 1, None, False, True),
+    ("accum_steps", 1, None, False, True),
     ("max_consecutive_skips", 1, None, False, True),
-    ("optim.base_lr", 0, 1e4, False, False), ("optim.base_batch_size", 0, None, True, True),
-    ("optim.clip_norm", 0, None, False, False), ("optim.weight_decay", 0, 1.0, False, False),
-    ("optim.schedule.warmup_epochs", 0, None, False, False), ("optim.mask.min_ndim", 0, None, False, True),
-)  # fmt: skip
+    ("optim.base_lr", 0, 1e4, False, False),
+    ("optim.base_batch_size", 0, None, True, True),
+    ("optim.clip_norm", 0, None, False, False),
+    ("optim.weight_decay", 0, 1.0, False, False),
+    ("optim.schedule.warmup_epochs", 0, None, False, False),
+    ("optim.mask.min_ndim", 0, None, False, True),
+)
 
 
 _last_validated: list[str] = []  # the JSON of the config validate last passed
 
 
 def validate(config) -> None:
-    """Fail fast, with a one-line message naming the key, on names that do not exist, numbers out of range
-    and values that would be ignored (before any data is read). Runs once per config: the CLI
+    """Fail fast, with a one-line message naming the key, on names that do not exist, numbers out of
+    range and values that would be ignored (before any data is read). Runs once per config: the CLI
     validates before it takes the workdir and ``setup.build`` again for every other caller, so a
     config equal to the one last passed is not checked again (a changed one is)."""
     text = config.to_json_best_effort(sort_keys=True)
@@ -253,7 +309,8 @@ def _validate(config) -> None:
 
 
 def load_config(spec: str) -> ml_collections.ConfigDict:
-    """Load ``"path/to/config.py[:arg]"`` the way ``--config`` does (for scripts and experiments)."""
+    """Load ``"path/to/config.py[:arg]"`` the way ``--config`` does (for scripts and
+    experiments)."""
     import importlib.util
     import os
 

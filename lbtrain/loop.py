@@ -1,9 +1,9 @@
 """The training loop alone: resume, iterate, log, evaluate, checkpoint, preemption, NaN policy.
 
-``train(run, workdir)`` takes a built :class:`lbtrain.setup.Run` and knows nothing of any task: it asks
-``run.evaluate`` for metrics and writes what it gets. Since the data order is a pure function of
-(seed, step), the step in a checkpoint is all a resumed run needs to see exactly the batches it would
-have seen.
+``train(run, workdir)`` takes a built :class:`lbtrain.setup.Run` and knows nothing of any task: it
+asks ``run.evaluate`` for metrics and writes what it gets. Since the data order is a pure function
+of (seed, step), the step in a checkpoint is all a resumed run needs to see exactly the batches it
+would have seen.
 """
 
 from __future__ import annotations
@@ -30,35 +30,41 @@ def _check_resumable(config, workdir: str) -> None:
     saved = rundir.read_json(rundir.path(workdir) / "config.json")
     if saved is None or config.resume_policy == "allow_changes":
         return
-    conflicts = config_lib.resume_conflicts(saved, json.loads(json.dumps(config.to_dict(), default=str)))
+    conflicts = config_lib.resume_conflicts(
+        saved, json.loads(json.dumps(config.to_dict(), default=str))
+    )
     if conflicts:
         raise ResumeError(
-            f"{workdir} holds a checkpoint of a run with another config ({'; '.join(conflicts)}): use a new "
-            "--workdir, or --config.resume_policy=allow_changes to resume with the new values"
+            f"{workdir} holds a checkpoint of a run with another config ({'; '.join(conflicts)}): "
+            "use a new --workdir, or --config.resume_policy=allow_changes to resume with the new "
+            "values"
         )
 
 
 def nan_record(state) -> step_lib.Health:
-    """The state's record of bad updates (first bad step, its kind and leaf; the stall step, the streak and
-    the count of skipped updates): what :func:`check_finite` judges."""
+    """The state's record of bad updates (first bad step, its kind and leaf; the stall step, the
+    streak and the count of skipped updates): what :func:`check_finite` judges."""
     return state.health
 
 
 def check_finite(record, params, nan_policy: str, checkpoints) -> None:
-    """Stop on the first non-finite update (nan_policy=stop), naming the step, what was not finite (loss,
-    gradient, update or new parameter) and the first such parameter; with nan_policy=skip, stop once
-    ``max_consecutive_skips`` updates in a row were skipped. ``record`` is :func:`nan_record` of a state
-    (or a copy of it), ``params`` a tree with the parameters' structure. Nothing bad has been checkpointed."""
+    """Stop on the first non-finite update (nan_policy=stop), naming the step, what was not finite
+    (loss, gradient, update or new parameter) and the first such parameter; with nan_policy=skip,
+    stop once ``max_consecutive_skips`` updates in a row were skipped. ``record`` is
+    :func:`nan_record` of a state (or a copy of it), ``params`` a tree with the parameters'
+    structure. Nothing bad has been checkpointed."""
     health = jax.device_get(record)
     bad_step, kind, leaf = (int(x) for x in health.first_bad)
     stalled_at, streak, skipped = int(health.stalled_at), int(health.streak), int(health.skipped)
     latest = checkpoints.latest_step()
-    last_good = f"the last good checkpoint is {'step ' + str(latest) if latest is not None else 'none'}"
+    last_good = (
+        f"the last good checkpoint is {'step ' + str(latest) if latest is not None else 'none'}"
+    )
     if nan_policy == "skip" and stalled_at >= 0:
         raise DivergedError(
-            f"nan_policy=skip skipped every update from step {stalled_at - streak + 1} to {stalled_at} "
-            f"({skipped} skipped in all); {last_good}: {step_lib.BAD_UPDATE_ADVICE}, or raise "
-            "max_consecutive_skips"
+            f"nan_policy=skip skipped every update from step {stalled_at - streak + 1} to "
+            f"{stalled_at} ({skipped} skipped in all); {last_good}: {step_lib.BAD_UPDATE_ADVICE}, "
+            "or raise max_consecutive_skips"
         )
     if bad_step < 0 or nan_policy == "skip":
         return
@@ -66,15 +72,16 @@ def check_finite(record, params, nan_policy: str, checkpoints) -> None:
     what = step_lib.BAD_KINDS[kind]
     where = f"first non-finite {'gradient ' if what == 'loss' else ''}leaf: {path}"
     raise DivergedError(
-        f"non-finite {what} ({where}) at step {bad_step}; {last_good}: {step_lib.BAD_UPDATE_ADVICE}, "
-        "or --config.nan_policy=skip"
+        f"non-finite {what} ({where}) at step {bad_step}; {last_good}: "
+        f"{step_lib.BAD_UPDATE_ADVICE}, or --config.nan_policy=skip"
     )
 
 
 @dataclasses.dataclass
 class _Logged:
-    """A logged step whose numbers are still on the device. The loop reads them after it has dispatched the
-    next step, so the device computes while the host waits for them, logs and judges them."""
+    """A logged step whose numbers are still on the device. The loop reads them after it has
+    dispatched the next step, so the device computes while the host waits for them, logs and judges
+    them."""
 
     step: int
     metrics: Any
@@ -89,18 +96,19 @@ def _as_is(batch):
 
 
 class PreemptionWatch:
-    """A stop request (SIGTERM: a preemption, ``scripts/tpu_launch.sh --stop``) that every process obeys at
-    the same step, after which the loop checkpoints and exits 0.
+    """A stop request (SIGTERM: a preemption, ``scripts/tpu_launch.sh --stop``) that every process
+    obeys at the same step, after which the loop checkpoints and exits 0.
 
-    * One process: a SIGTERM handler (main thread only; the old one restored on exit) sets a flag that the
-      loop reads after every step.
-    * Several processes with JAX's preemption service (``jax.distributed.initialize`` starts it): JAX's own
-      notifier catches the SIGTERM on whichever host gets it and the coordination service picks one step that
-      every host reaches (:func:`~jax.experimental.multihost_utils.reached_preemption_sync_point`, called
-      after every step, a few microseconds). No Python handler is installed: it would replace JAX's notifier
-      and leave the signal to its own host alone.
-    * Several processes without the service: the flag of every host is gathered at the loop's agreement
-      steps (logged, evaluated and checkpointed steps) and all stop if any host has it.
+    * One process: a SIGTERM handler (main thread only; the old one restored on exit) sets a flag
+      that the loop reads after every step.
+    * Several processes with JAX's preemption service (``jax.distributed.initialize`` starts it):
+      JAX's own notifier catches the SIGTERM on whichever host gets it and the coordination service
+      picks one step that every host reaches
+      (:func:`~jax.experimental.multihost_utils.reached_preemption_sync_point`, called after every
+      step, a few microseconds). No Python handler is installed: it would replace JAX's notifier and
+      leave the signal to its own host alone.
+    * Several processes without the service: the flag of every host is gathered at the loop's
+      agreement steps (logged, evaluated and checkpointed steps) and all stop if any host has it.
     """
 
     def __init__(self):
@@ -121,8 +129,8 @@ class PreemptionWatch:
         self.flag = True
 
     def requested(self, step: int, agreement_step: bool = True) -> bool:
-        """Whether every process stops after ``step`` (the same answer on all). Call after every step, on
-        every process; ``agreement_step``: the processes may gather their flags here."""
+        """Whether every process stops after ``step`` (the same answer on all). Call after every
+        step, on every process; ``agreement_step``: the processes may gather their flags here."""
         if self.service:
             from jax.experimental import multihost_utils
 
@@ -138,14 +146,17 @@ class _Session:
     def __init__(self, run, workdir: str, lock):
         self.run, self.workdir, self.plan, self.lock = run, workdir, run.plan, lock
         self.config, self.writer_enabled = run.config, parallel.is_writer()
-        self.checkpoints = Checkpointer(workdir, self.plan.checkpoint_every, run.config.keep_checkpoints)
+        self.checkpoints = Checkpointer(
+            workdir, self.plan.checkpoint_every, run.config.keep_checkpoints
+        )
         self.state, self.resume_step = run.state, None
         self.history, self.train_time = [], 0.0
         self.t_start = time.perf_counter()
 
     def resume(self) -> None:
-        """Restore the newest verified checkpoint (a damaged one falls back to the one before), then open
-        the metric writers from that step: rows logged after it are dropped and logged again."""
+        """Restore the newest verified checkpoint (a damaged one falls back to the one before), then
+        open the metric writers from that step: rows logged after it are dropped and logged
+        again."""
         if self.checkpoints.latest_step() is not None:
             _check_resumable(self.config, self.workdir)
             self.state = self.checkpoints.restore(self.state)
@@ -157,49 +168,74 @@ class _Session:
             if self.run.data.summary() is not None:
                 print(self.run.data.summary(), flush=True)
             if self.resume_step is not None:
-                print(f"resuming from the checkpoint at step {self.resume_step} in {self.checkpoints.directory}",
-                      flush=True)  # fmt: skip
-        self.writer = MetricWriter(self.workdir, enabled=self.writer_enabled, resume_step=self.resume_step)
-        # the training time before the checkpoint (from its last logged row): time-to-target spans every process
+                print(
+                    f"resuming from the checkpoint at step {self.resume_step} in "
+                    f"{self.checkpoints.directory}",
+                    flush=True,
+                )
+        self.writer = MetricWriter(
+            self.workdir, enabled=self.writer_enabled, resume_step=self.resume_step
+        )
+        # the training time before the checkpoint (from its last logged row): time-to-target spans
+        # every process
         self.train_time = max((r.get("train_time_s", 0.0) for r in self.writer.rows()), default=0.0)
-        self.progress = Progress(self.plan.total_steps, self.plan.steps_per_epoch, self.plan.items_per_step,
-                                 enabled=self.writer_enabled, unit=self.plan.unit)  # fmt: skip
+        self.progress = Progress(
+            self.plan.total_steps,
+            self.plan.steps_per_epoch,
+            self.plan.items_per_step,
+            enabled=self.writer_enabled,
+            unit=self.plan.unit,
+        )
 
     def evaluate(self, step: int, again: bool = False) -> None:
-        """Evaluate and log; ``again``: a finished run re-reports its final metrics (rows already logged stay)."""
+        """Evaluate and log; ``again``: a finished run re-reports its final metrics (rows already
+        logged stay)."""
         self.progress.pause()
         results = self.run.evaluate(self.state.params, self.state.model_state)
         for split, res in results.items():
-            ev = {**res.metrics, "epoch": step / self.plan.steps_per_epoch, "train_time_s": self.train_time}
+            ev = {
+                **res.metrics,
+                "epoch": step / self.plan.steps_per_epoch,
+                "train_time_s": self.train_time,
+            }
             if not (again and self.writer.has(step, split)):
                 self.writer.write(step, split, ev)
             self.history.append({"step": step, "split": split, **ev})
             if self.writer_enabled:
-                shown = " | ".join(f"{k} {v:.4f}" if isinstance(v, float) else f"{k} {v}"
-                                   for k, v in ev.items() if k not in ("epoch", "step"))  # fmt: skip
+                shown = " | ".join(
+                    f"{k} {v:.4f}" if isinstance(v, float) else f"{k} {v}"
+                    for k, v in ev.items()
+                    if k not in ("epoch", "step")
+                )
                 print(f"{split} @ step {step} (epoch {ev['epoch']:.2f}): {shown}", flush=True)
                 for line in res.samples:
                     print(line, flush=True)
 
     def log(self, logged: _Logged, t_seg: float) -> None:
-        """Judge a logged step's updates (a bad one stops the run here) and write its row; ``train_time_s``
-        is the training time when its numbers were read (at most one update after the step ended)."""
+        """Judge a logged step's updates (a bad one stops the run here) and write its row;
+        ``train_time_s`` is the training time when its numbers were read (at most one update after
+        the step ended)."""
         check_finite(logged.record, self.state.params, self.config.nan_policy, self.checkpoints)
         step = logged.step
         m = {k: float(v) for k, v in jax.device_get(logged.metrics).items()}
-        m[f"{self.plan.unit}_per_sec"] = self.progress.update(step, m["loss"], m["lr"], m.get("loss_per_token"))
+        m[f"{self.plan.unit}_per_sec"] = self.progress.update(
+            step, m["loss"], m["lr"], m.get("loss_per_token")
+        )
         m["epoch"] = step / self.plan.steps_per_epoch
         m["train_time_s"] = self.train_time + (time.perf_counter() - t_seg)
         self.writer.write(step, "train", m)
 
     def save(self, step: int) -> None:
-        """Metrics first, then the checkpoint: a kill between the two replays rows, never loses them."""
+        """Metrics first, then the checkpoint: a kill between the two replays rows, never loses
+        them."""
         # never commit a state after a bad update
-        check_finite(nan_record(self.state), self.state.params, self.config.nan_policy, self.checkpoints)
+        check_finite(
+            nan_record(self.state), self.state.params, self.config.nan_policy, self.checkpoints
+        )
         self.writer.flush()
         self.checkpoints.save(step, self.state, force=True)
-        # another run took the workdir over (a stale lock): every process stops here, nothing lost. Only
-        # process 0 holds the lock, so its finding is shared before anyone acts on it.
+        # another run took the workdir over (a stale lock): every process stops here, nothing lost.
+        # Only process 0 holds the lock, so its finding is shared before anyone acts on it.
         if hosts.any_process(self.lock.lost):
             raise rundir.taken_over(self.workdir)
 
@@ -212,19 +248,19 @@ class _Session:
 def _iterate(s: _Session, preemption: PreemptionWatch) -> bool:
     """Train from the state's step to the end; returns False when a preemption stopped it (saved).
 
-    The host never waits for the device between unlogged steps. A logged step's numbers (its metrics and a
-    copy of the bad-update record) are read after the next step has been dispatched, so the device is busy
-    while the host reads, judges and writes them; a bad update still ends the run one update later, naming
-    the first bad step, and is never checkpointed (the save judges the state itself first). An evaluated,
-    checkpointed, preempted or last step is read at once."""
+    The host never waits for the device between unlogged steps. A logged step's numbers (its metrics
+    and a copy of the bad-update record) are read after the next step has been dispatched, so the
+    device is busy while the host reads, judges and writes them; a bad update still ends the run one
+    update later, naming the first bad step, and is never checkpointed (the save judges the state
+    itself first). An evaluated, checkpointed, preempted or last step is read at once."""
     plan, run = s.plan, s.run
     step, total = int(s.state.step), plan.total_steps
     first = step
     s.progress.start(step)
     t_seg = time.perf_counter()
     data_iter = run.batches.iterate(step)
-    # one process: the jitted step places the NumPy batch itself, along its in_shardings (in C++), where
-    # assembling global arrays in Python took half the loop's host time on a small model
+    # one process: the jitted step places the NumPy batch itself, along its in_shardings (in C++),
+    # where assembling global arrays in Python took half the loop's host time on a small model
     feed = run.global_batch if jax.process_count() > 1 else _as_is
     pending = None
     while step < total:
@@ -242,8 +278,9 @@ def _iterate(s: _Session, preemption: PreemptionWatch) -> bool:
         evaluated = step % plan.eval_every == 0 or step == total
         due = step % plan.checkpoint_every == 0 or step == total
         preempted = preemption.requested(step, due or logged or evaluated)
-        # a step's rows (train, then eval) are written before its checkpoint: save() flushes them first, so
-        # a run killed at any point and resumed from that checkpoint has every row up to its step
+        # a step's rows (train, then eval) are written before its checkpoint: save() flushes them
+        # first, so a run killed at any point and resumed from that checkpoint has every row up to
+        # its step
         if pending is not None and (evaluated or due or preempted):
             s.log(pending, t_seg)
             pending = None
@@ -261,19 +298,21 @@ def _iterate(s: _Session, preemption: PreemptionWatch) -> bool:
 
 
 def train(run, workdir: str, lock=None) -> dict[str, Any]:
-    """Train ``run`` in ``workdir`` (local or ``gs://``); returns the final eval metrics, the plan, timings
-    and the final state.
+    """Train ``run`` in ``workdir`` (local or ``gs://``); returns the final eval metrics, the plan,
+    timings and the final state.
 
     Writes ``config.json``, ``metrics.jsonl``, TensorBoard events (``tb/``), ``checkpoints/`` and
-    ``results.json``, holding the workdir lock (``lock``, or one taken here) throughout. A workdir that holds
-    a checkpoint is resumed from it (same config required unless ``resume_policy=allow_changes``).
+    ``results.json``, holding the workdir lock (``lock``, or one taken here) throughout. A workdir
+    that holds a checkpoint is resumed from it (same config required unless
+    ``resume_policy=allow_changes``).
     """
     if lock is None:
         rundir.check_writable(workdir)
         with hosts.workdir_lock(workdir) as lock:
             return train(run, workdir, lock)
-    # SIGTERM is caught from the restore to the last file written: once training has ended, a late one
-    # only lets the closing writes finish (results.json, provenance.json) instead of killing them midway
+    # SIGTERM is caught from the restore to the last file written: once training has ended, a late
+    # one only lets the closing writes finish (results.json, provenance.json) instead of killing
+    # them midway
     with PreemptionWatch() as preemption:
         s = _Session(run, workdir, lock)
         s.resume()
@@ -281,22 +320,33 @@ def train(run, workdir: str, lock=None) -> dict[str, Any]:
             with jax.set_mesh(run.mesh):
                 finished = _iterate(s, preemption)
                 if finished and (not s.history or s.history[-1]["step"] != s.plan.total_steps):
-                    s.evaluate(s.plan.total_steps, again=True)  # resumed a finished run: its final metrics
+                    # resumed a finished run: its final metrics
+                    s.evaluate(s.plan.total_steps, again=True)
         finally:
             s.close()
         step, total = int(s.state.step), s.plan.total_steps
         if not finished:
             if s.writer_enabled:
-                print(f"preempted at step {step}/{total}: checkpoint saved in {s.checkpoints.directory}; "
-                      "run the same command again to resume", flush=True)  # fmt: skip
-            return {"preempted": True, "step": step, "plan": dataclasses.asdict(s.plan.optim), "state": s.state}
+                print(
+                    f"preempted at step {step}/{total}: checkpoint saved in "
+                    f"{s.checkpoints.directory}; run the same command again to resume",
+                    flush=True,
+                )
+            return {
+                "preempted": True,
+                "step": step,
+                "plan": dataclasses.asdict(s.plan.optim),
+                "state": s.state,
+            }
         return _finish(s)
 
 
 def _finish(s: _Session) -> dict[str, Any]:
     total, splits = s.plan.total_steps, s.run.data.eval_splits
     # the whole run's evaluations, across every kill and resume (this process saw only its own part)
-    history = [{**r, "split": r["kind"]} for r in s.writer.rows() if r["kind"] in splits] or s.history
+    history = [
+        {**r, "split": r["kind"]} for r in s.writer.rows() if r["kind"] in splits
+    ] or s.history
     last = {h["split"]: h for h in history if h["step"] == total}
     result = {
         "final": last.get(splits[0], {}),  # the first eval split (MNIST: test; LM: valid)
@@ -310,7 +360,9 @@ def _finish(s: _Session) -> dict[str, Any]:
     }
     rundir.write_json(rundir.path(s.workdir) / "results.json", result, is_writer=s.writer_enabled)
     record = provenance.record(s.config.seed, result["wall_time_s"], s.train_time)
-    rundir.write_json(rundir.path(s.workdir) / "provenance.json", record, is_writer=s.writer_enabled)
+    rundir.write_json(
+        rundir.path(s.workdir) / "provenance.json", record, is_writer=s.writer_enabled
+    )
     if s.writer_enabled:
         print(f"done: {total} steps in {format_duration(result['wall_time_s'])}", flush=True)
     result["state"] = s.state

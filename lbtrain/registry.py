@@ -45,7 +45,8 @@ def _parameters(constructor: Callable) -> list[inspect.Parameter]:
         return list(inspect.signature(constructor).parameters.values())
     init = target.__init__
     if init is object.__init__ or init.__name__ == "_no_init_or_replace_init":
-        return []  # no __init__ of its own (typing.Protocol gives a subclass without one a stand-in)
+        # no __init__ of its own (typing.Protocol gives a subclass without one a stand-in)
+        return []
     return list(inspect.signature(target.__init__).parameters.values())[1:]
 
 
@@ -149,9 +150,8 @@ def make(
     where = _path(path, key)
     constructor = choose(registry, name, where)
     rest = {k: v for k, v in block.items() if k != key}
-    also = (
-        (*also, key) if key != "name" else tuple(also)
-    )  # a sub-choice's selector is one of the keys
+    # a sub-choice's selector is one of the keys
+    also = (*also, key) if key != "name" else tuple(also)
     return call(constructor, rest, path=path, what=f"{where}={name!r}", also=also, **facts)
 
 

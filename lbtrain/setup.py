@@ -1,7 +1,8 @@
-"""``build(config) -> Run``: everything a run derives from its config before the first step, in one place.
+"""``build(config) -> Run``: everything a run derives from its config before the first step, in one
+place.
 
-The CLI loop, the scripts, the benchmarks and the tests all start here; none of them assembles a mesh,
-a state or a step by itself. A config value travels down only: ``config`` -> this module ->
+The CLI loop, the scripts, the benchmarks and the tests all start here; none of them assembles a
+mesh, a state or a step by itself. A config value travels down only: ``config`` -> this module ->
 ``optim.make`` / ``models.make`` / ``data.make`` / ``tasks.make`` -> :mod:`lbtrain.step`.
 """
 
@@ -33,7 +34,8 @@ class Plan:
     accum_steps: int  # micro-batches per update (gradient accumulation inside the step)
     noise_scale: bool  # log the gradient noise scale from the micro-batches
     eval_batch: int
-    num_train: int  # training rows of the dataset (examples, images, pairs, or tokens for a language model)
+    # training rows of the dataset (examples, images, pairs, or tokens for a language model)
+    num_train: int
     unit: str  # what the progress line counts
     items_per_step: int  # units one update processes
     steps_per_epoch: int
@@ -45,30 +47,42 @@ class Plan:
     optim: optim.OptimPlan
 
     def describe(self) -> str:
-        """The start-up summary. A *step* is one optimizer update (of ``accum_steps`` micro-batches); the
-        batch counts rows (examples, images, sentence pairs, or token streams of a language model), the
-        items line counts ``unit``."""
+        """The start-up summary. A *step* is one optimizer update (of ``accum_steps``
+        micro-batches); the batch counts rows (examples, images, sentence pairs, or token streams of
+        a language model), the items line counts ``unit``."""
         p, micro, unit = self.optim, self.per_device_batch // self.accum_steps, unit_name(self.unit)
-        noise = " (2 or more: the noise scale compares micro-batch gradients)" if self.noise_scale else ""
-        rows = f" ({self.global_batch} rows x {self.items_per_step // self.global_batch})" if (
-            self.items_per_step != self.global_batch) else ""  # fmt: skip
-        return "\n".join([
-            f"devices: {self.devices} ({self.platform}) | processes: {self.processes}",
-            f"global batch: {self.global_batch} | per-device batch: {self.per_device_batch} | accumulation steps: "
-            f"{self.accum_steps}{noise} (micro-batch per device: {micro}) | eval batch: {self.eval_batch}",
-            f"train {unit}: {self.num_train:,} | {unit} per step: {self.items_per_step:,}{rows} | steps/epoch: "
-            f"{self.steps_per_epoch} | total steps: {self.total_steps} (a step is one optimizer update)",
-            f"optimizer: {p.optimizer} | scheme: {p.scheme} (lr {p.lr_rule}, warmup {p.warmup_rule}) | "
-            f"batch ratio k: {p.batch_size / p.base_batch_size:g}",
-            f"peak lr: {p.peak_lr:.6g} (base {p.base_lr:g} at batch {p.base_batch_size}) | warmup: "
-            f"{p.warmup_epochs:g} epochs = {p.warmup_steps} steps | decay: {p.decay}",
-            f"parameters: {self.num_params:,}",
-        ])  # fmt: skip
+        noise = (
+            " (2 or more: the noise scale compares micro-batch gradients)"
+            if self.noise_scale
+            else ""
+        )
+        rows = (
+            f" ({self.global_batch} rows x {self.items_per_step // self.global_batch})"
+            if (self.items_per_step != self.global_batch)
+            else ""
+        )
+        return "\n".join(
+            [
+                f"devices: {self.devices} ({self.platform}) | processes: {self.processes}",
+                f"global batch: {self.global_batch} | per-device batch: {self.per_device_batch} | "
+                f"accumulation steps: {self.accum_steps}{noise} (micro-batch per device: {micro}) "
+                f"| eval batch: {self.eval_batch}",
+                f"train {unit}: {self.num_train:,} | {unit} per step: "
+                f"{self.items_per_step:,}{rows} | steps/epoch: {self.steps_per_epoch} | total "
+                f"steps: {self.total_steps} (a step is one optimizer update)",
+                f"optimizer: {p.optimizer} | scheme: {p.scheme} (lr {p.lr_rule}, warmup "
+                f"{p.warmup_rule}) | batch ratio k: {p.batch_size / p.base_batch_size:g}",
+                f"peak lr: {p.peak_lr:.6g} (base {p.base_lr:g} at batch {p.base_batch_size}) | "
+                f"warmup: {p.warmup_epochs:g} epochs = {p.warmup_steps} steps | decay: {p.decay}",
+                f"parameters: {self.num_params:,}",
+            ]
+        )
 
 
 @dataclasses.dataclass(frozen=True)
 class Run:
-    """One run, built and ready: ``state`` is the initial state (the loop restores a checkpoint over it)."""
+    """One run, built and ready: ``state`` is the initial state (the loop restores a checkpoint over
+    it)."""
 
     config: Any
     mesh: jax.sharding.Mesh
@@ -90,42 +104,59 @@ class Run:
 
 
 def accumulation(config) -> tuple[int, bool]:
-    """(micro-batches per update, log the noise scale): the one place they are derived. The noise scale
-    compares micro-batch gradients with the full one, so it splits the batch in at least two."""
+    """(micro-batches per update, log the noise scale): the one place they are derived. The noise
+    scale compares micro-batch gradients with the full one, so it splits the batch in at least
+    two."""
     accum, noise = int(config.accum_steps), bool(config.noise_scale)
     return (max(accum, 2) if noise else accum), noise
 
 
 def _check_schedule(config, steps_per_epoch: int, global_batch: int) -> None:
-    """The warmup must be shorter than training (the keys named): else the decay could never run. Checked
-    before the model is built, on the optimizer's own plan."""
-    p = optim.plan(config.optim, batch_size=global_batch, steps_per_epoch=steps_per_epoch,
-                   num_epochs=config.num_epochs)  # fmt: skip
+    """The warmup must be shorter than training (the keys named): else the decay could never run.
+    Checked before the model is built, on the optimizer's own plan."""
+    p = optim.plan(
+        config.optim,
+        batch_size=global_batch,
+        steps_per_epoch=steps_per_epoch,
+        num_epochs=config.num_epochs,
+    )
     if p.warmup_steps >= p.total_steps:
         raise ConfigError(
-            f"optim.schedule.warmup_epochs={config.optim.schedule.warmup_epochs:g} scales to {p.warmup_epochs:g} "
-            f"epochs ({p.warmup_steps} steps) at batch {global_batch}, not shorter than "
-            f"num_epochs={config.num_epochs:g} ({p.total_steps} steps): lower optim.schedule.warmup_epochs or "
-            "raise num_epochs"
+            f"optim.schedule.warmup_epochs={config.optim.schedule.warmup_epochs:g} scales to "
+            f"{p.warmup_epochs:g} epochs ({p.warmup_steps} steps) at batch {global_batch}, not "
+            f"shorter than num_epochs={config.num_epochs:g} ({p.total_steps} steps): lower "
+            "optim.schedule.warmup_epochs or raise num_epochs"
         )
 
 
 def _model(config, data):
     """(train graph, eval graph, params, model state, the module in train mode)."""
-    # parameters always from JAX's default PRNG (the same init whatever prng_impl); dropout from prng_impl
-    dropout = jax.random.key(config.seed + 1, impl=config.get("prng_impl", config_lib.DEFAULT_PRNG_IMPL))
-    model = models.make(config.model, nnx.Rngs(params=config.seed, dropout=dropout), **data.model_args)
+    # parameters always from JAX's default PRNG (the same init whatever prng_impl); dropout from
+    # prng_impl
+    dropout = jax.random.key(
+        config.seed + 1, impl=config.get("prng_impl", config_lib.DEFAULT_PRNG_IMPL)
+    )
+    model = models.make(
+        config.model, nnx.Rngs(params=config.seed, dropout=dropout), **data.model_args
+    )
     model.train()
     train_graphdef, params, model_state = nnx.split(model, nnx.Param, ...)
     model.eval()
     eval_graphdef = nnx.split(model, nnx.Param, ...)[0]
     model.train()
-    return train_graphdef, eval_graphdef, nnx.to_pure_dict(params), nnx.to_pure_dict(model_state), model
+    return (
+        train_graphdef,
+        eval_graphdef,
+        nnx.to_pure_dict(params),
+        nnx.to_pure_dict(model_state),
+        model,
+    )
 
 
 def build(config, workdir: str | None = None, *, data=None) -> Run:
-    """Validate ``config`` and build its run on the visible devices. ``workdir`` receives the artefacts a
-    dataset builds (vocabularies); ``data`` replaces the config's dataset (tests and benchmarks)."""
+    """Validate ``config`` and build its run on the visible devices. ``workdir`` receives the
+    artefacts a dataset builds (vocabularies); ``data`` replaces the config's dataset (tests and
+    benchmarks)."""
     config_lib.validate(config)
     mesh = parallel.make_mesh(config.num_devices)
     global_batch = int(config.batch_size)
@@ -135,16 +166,20 @@ def build(config, workdir: str | None = None, *, data=None) -> Run:
     accum, noise = accumulation(config)
     if per_device % accum:
         raise ShardingError(
-            f"batch_size={global_batch} is not divisible by {mesh.size} devices x accum_steps={accum}: use a "
-            f"multiple of {mesh.size * accum}, or another accum_steps"
+            f"batch_size={global_batch} is not divisible by {mesh.size} devices x "
+            f"accum_steps={accum}: use a multiple of {mesh.size * accum}, or another accum_steps"
         )
     data = data if data is not None else data_lib.make(config.data, workdir, parallel.is_writer())
-    batches = data.train_batches(global_batch, config.seed, jax.process_index(), jax.process_count())
+    batches = data.train_batches(
+        global_batch, config.seed, jax.process_index(), jax.process_count()
+    )
     spe = batches.steps_per_epoch
     _check_schedule(config, spe, global_batch)
     task = tasks.make(config)
     train_graphdef, eval_graphdef, params, model_state, model = _model(config, data)
-    tx, oplan = optim.make(config.optim, batch_size=global_batch, steps_per_epoch=spe, num_epochs=config.num_epochs)
+    tx, oplan = optim.make(
+        config.optim, batch_size=global_batch, steps_per_epoch=spe, num_epochs=config.num_epochs
+    )
     state = step.initial_state(params, model_state, tx, task.init_carry(model, global_batch))
     shardings = step.state_shardings(state, mesh)
     state = jax.device_put(state, shardings)
@@ -158,17 +193,29 @@ def build(config, workdir: str | None = None, *, data=None) -> Run:
         total_steps=oplan.total_steps,
     )
     train_step = step.jit_train_step(train_graphdef, tx, task, mesh, state, settings)
-    evaluate = task.evaluator(eval_graphdef, data, mesh, eval_batch, state.params, state.model_state)
+    evaluate = task.evaluator(
+        eval_graphdef, data, mesh, eval_batch, state.params, state.model_state
+    )
     plan = Plan(
-        platform=jax.devices()[0].platform, devices=mesh.size, processes=jax.process_count(),
-        global_batch=global_batch, per_device_batch=per_device, accum_steps=accum, noise_scale=noise,
-        eval_batch=eval_batch, num_train=data.num_train, unit=data.unit,
-        items_per_step=global_batch * data.items_per_row, steps_per_epoch=spe, total_steps=oplan.total_steps,
+        platform=jax.devices()[0].platform,
+        devices=mesh.size,
+        processes=jax.process_count(),
+        global_batch=global_batch,
+        per_device_batch=per_device,
+        accum_steps=accum,
+        noise_scale=noise,
+        eval_batch=eval_batch,
+        num_train=data.num_train,
+        unit=data.unit,
+        items_per_step=global_batch * data.items_per_row,
+        steps_per_epoch=spe,
+        total_steps=oplan.total_steps,
         log_every=log_every,
         eval_every=max(optim.epochs_to_steps(config.eval_every_epochs, spe), 1),
         checkpoint_every=max(optim.epochs_to_steps(config.checkpoint_every_epochs, spe), 1),
-        num_params=sum(int(np.prod(x.shape)) for x in jax.tree.leaves(params)), optim=oplan,
-    )  # fmt: skip
+        num_params=sum(int(np.prod(x.shape)) for x in jax.tree.leaves(params)),
+        optim=oplan,
+    )
     return Run(
         config=config,
         mesh=mesh,

@@ -1,4 +1,5 @@
-"""The train step: a pure function of the model graph, the optimizer, the task and the step's settings.
+"""The train step: a pure function of the model graph, the optimizer, the task and the step's
+settings.
 
 The model is trained through a functional step: the NNX module is split once into a static graph and
 pure-dict pytrees (params, other model state), and the jitted step merges them back, so there is no
@@ -6,8 +7,8 @@ per-step Python graph traversal. :func:`train_step` composes three parts, each a
 
 * :func:`gradients`: the loss and the gradient of its mean over the global batch, accumulated over
   micro-batches when ``accum_steps > 1``;
-* :func:`guard`: whether the update is finite (from the sums of squares the log needs anyway), and with
-  ``nan_policy="skip"`` the old values kept where it is not; :class:`Health` records it;
+* :func:`guard`: whether the update is finite (from the sums of squares the log needs anyway), and
+  with ``nan_policy="skip"`` the old values kept where it is not; :class:`Health` records it;
 * :func:`step_metrics`: what the loop logs.
 
 ``jit_train_step`` gives the step with the shardings the loop uses.
@@ -28,7 +29,8 @@ from flax import nnx
 from lbtrain import optim, parallel
 from lbtrain.tasks.base import CountsTokens
 
-# What was not finite in a bad update, in the order it is checked (Health.first_bad[1] indexes this).
+# What was not finite in a bad update, in the order it is checked (Health.first_bad[1] indexes
+# this).
 BAD_KINDS = ("loss", "gradient", "update", "parameter")
 # What to do after a bad update: every message about one ends with it.
 BAD_UPDATE_ADVICE = "lower optim.base_lr, set optim.clip_norm"
@@ -38,11 +40,11 @@ BAD_UPDATE_ADVICE = "lower optim.base_lr, set optim.clip_norm"
 class StepSettings:
     """How the step runs, from the config (:func:`lbtrain.setup.build`).
 
-    ``nan_policy``: "stop" records a bad update (the loop stops on it), "skip" also leaves it unapplied.
-    ``accum_steps``: micro-batches per update. ``noise_scale``: log the gradient noise scale terms (needs
-    ``accum_steps >= 2``). ``max_consecutive_skips``: with "skip", the streak of skipped updates that
-    counts as stalled (0: never). ``log_every`` and ``total_steps``: the updates the loop logs, where the
-    metrics that cost a pass over the parameters are computed.
+    ``nan_policy``: "stop" records a bad update (the loop stops on it), "skip" also leaves it
+    unapplied. ``accum_steps``: micro-batches per update. ``noise_scale``: log the gradient noise
+    scale terms (needs ``accum_steps >= 2``). ``max_consecutive_skips``: with "skip", the streak of
+    skipped updates that counts as stalled (0: never). ``log_every`` and ``total_steps``: the
+    updates the loop logs, where the metrics that cost a pass over the parameters are computed.
     """
 
     nan_policy: str = "stop"
@@ -63,15 +65,20 @@ class Health:
     (:func:`lbtrain.loop.check_finite`)."""
 
     skipped: jax.Array  # updates skipped for non-finite numbers (nan_policy=skip)
-    first_bad: jax.Array  # [step, what (BAD_KINDS), first non-finite leaf] of the first bad update, or -1s
+    # [step, what (BAD_KINDS), first non-finite leaf] of the first bad update, or -1s
+    first_bad: jax.Array
     streak: jax.Array  # consecutive skipped updates up to now
     stalled_at: jax.Array  # the step at which the streak reached max_consecutive_skips, or -1
 
     @classmethod
     def initial(cls) -> Health:
         """Nothing skipped, no bad update seen."""
-        return cls(skipped=jnp.zeros((), jnp.int32), first_bad=jnp.full((3,), -1, jnp.int32),
-                   streak=jnp.zeros((), jnp.int32), stalled_at=jnp.full((), -1, jnp.int32))
+        return cls(
+            skipped=jnp.zeros((), jnp.int32),
+            first_bad=jnp.full((3,), -1, jnp.int32),
+            streak=jnp.zeros((), jnp.int32),
+            stalled_at=jnp.full((), -1, jnp.int32),
+        )
 
     def after(self, step: jax.Array, verdict: Verdict, max_consecutive_skips: int) -> Health:
         """The record after update ``step`` judged ``verdict``."""
@@ -81,8 +88,12 @@ class Health:
         streak = jnp.where(finite, 0, self.streak + 1).astype(jnp.int32)
         limit = max_consecutive_skips if max_consecutive_skips > 0 else jnp.iinfo(jnp.int32).max
         stalled = (self.stalled_at < 0) & (streak >= limit)
-        return Health(skipped=self.skipped + (~finite).astype(jnp.int32), first_bad=first_bad, streak=streak,
-                      stalled_at=jnp.where(stalled, step, self.stalled_at))
+        return Health(
+            skipped=self.skipped + (~finite).astype(jnp.int32),
+            first_bad=first_bad,
+            streak=streak,
+            stalled_at=jnp.where(stalled, step, self.stalled_at),
+        )
 
 
 @flax.struct.dataclass
@@ -91,7 +102,8 @@ class TrainState:
     params: Any  # pure dict of arrays
     opt_state: Any
     model_state: Any  # non-parameter module state (e.g. dropout RNG counters, batch statistics)
-    carry: Any = None  # state carried between batches (LSTM streams in truncated BPTT), sharded like the batch
+    # state carried between batches (LSTM streams in truncated BPTT), sharded like the batch
+    carry: Any = None
     health: Health | None = None  # the record of non-finite updates
 
 
@@ -117,7 +129,8 @@ def _tree_norm(tree) -> jax.Array:
 
 
 def _leaf_sq(tree) -> jax.Array:
-    """The sum of squares of each leaf (float32), one pass over the tree: its norm and a finiteness test."""
+    """The sum of squares of each leaf (float32), one pass over the tree: its norm and a finiteness
+    test."""
     return jnp.stack([jnp.sum(jnp.square(x.astype(jnp.float32))) for x in jax.tree.leaves(tree)])
 
 
@@ -126,8 +139,8 @@ def _leaves_finite(tree) -> jax.Array:
 
 
 def _judge(loss, grads, updates, params) -> Verdict:
-    """The exact judgement: the loss, the gradient, the update and the new parameters, element by element
-    (an update can overflow from a finite gradient, under a huge learning rate)."""
+    """The exact judgement: the loss, the gradient, the update and the new parameters, element by
+    element (an update can overflow from a finite gradient, under a huge learning rate)."""
     trees = [_leaves_finite(grads), _leaves_finite(updates), _leaves_finite(params)]
     ok = jnp.stack([jnp.isfinite(loss)] + [jnp.all(t) for t in trees])
     kind = jnp.argmin(ok)  # the first False (0 when all are finite; unused then)
@@ -136,17 +149,19 @@ def _judge(loss, grads, updates, params) -> Verdict:
 
 
 def judge(loss, grad_sq, param_sq, grads, updates_fn, params) -> Verdict:
-    """:func:`_judge` from the sums of squares the metrics need anyway, without three more passes over every
-    parameter. A finite sum of squares proves each of its elements finite; a finite gradient and finite new
-    parameters (from finite old ones) prove the update finite. Only when that proof fails (something is not
-    finite, or a sum of squares overflowed) does the exact element-wise judgement run, under ``lax.cond``;
-    ``updates_fn()`` gives the update there."""
+    """:func:`_judge` from the sums of squares the metrics need anyway, without three more passes
+    over every parameter. A finite sum of squares proves each of its elements finite; a finite
+    gradient and finite new parameters (from finite old ones) prove the update finite. Only when
+    that proof fails (something is not finite, or a sum of squares overflowed) does the exact
+    element-wise judgement run, under ``lax.cond``; ``updates_fn()`` gives the update there."""
     proven = jnp.isfinite(loss) & jnp.isfinite(jnp.sum(grad_sq)) & jnp.isfinite(jnp.sum(param_sq))
     fine = Verdict(jnp.asarray(True), jnp.zeros((), jnp.int32), jnp.zeros((), jnp.int32))
 
     def exact() -> Verdict:
         v = _judge(loss, grads, updates_fn(), params)
-        return Verdict(v.finite.astype(jnp.bool_), v.kind.astype(jnp.int32), v.leaf.astype(jnp.int32))
+        return Verdict(
+            v.finite.astype(jnp.bool_), v.kind.astype(jnp.int32), v.leaf.astype(jnp.int32)
+        )
 
     return jax.lax.cond(proven, lambda: fine, exact)
 
@@ -159,7 +174,9 @@ def _loss_sum(graphdef, task, params, model_state, batch, carry):
 
 
 def _loss_mean(graphdef, task, params, model_state, batch, carry):
-    loss_sum, (count, new_model_state, carry) = _loss_sum(graphdef, task, params, model_state, batch, carry)
+    loss_sum, (count, new_model_state, carry) = _loss_sum(
+        graphdef, task, params, model_state, batch, carry
+    )
     return loss_sum / count, (loss_sum, count, new_model_state, carry)
 
 
@@ -172,28 +189,39 @@ def _merge_micro(x: jax.Array) -> jax.Array:
     return jnp.swapaxes(x, 0, 1).reshape(-1, *x.shape[2:])
 
 
-def gradients(graphdef, task, settings: StepSettings, params, model_state, batch, carry) -> Gradients:
+def gradients(
+    graphdef, task, settings: StepSettings, params, model_state, batch, carry
+) -> Gradients:
     """The loss summed over the global batch, its count, and the gradient of the mean loss.
 
-    One batch: the gradient of the mean directly (1/count enters at the loss, inside the backward's first
-    fusion, so no pass over the parameters divides it afterwards). With ``accum_steps = k > 1``: the sums
-    over k micro-batches (``lax.scan``) before the one division by the count, so padding and splits never
-    bias the mean; micro-batch ``i`` takes rows ``i, i + k, i + 2k, ...``, so each device's contiguous share
-    of the batch holds its share of every micro-batch and the split needs no communication."""
+    One batch: the gradient of the mean directly (1/count enters at the loss, inside the backward's
+    first fusion, so no pass over the parameters divides it afterwards). With ``accum_steps = k >
+    1``: the sums over k micro-batches (``lax.scan``) before the one division by the count, so
+    padding and splits never bias the mean; micro-batch ``i`` takes rows ``i, i + k, i + 2k, ...``,
+    so each device's contiguous share of the batch holds its share of every micro-batch and the
+    split needs no communication."""
     k = settings.accum_steps
     if k == 1:
         mean_grad = jax.value_and_grad(functools.partial(_loss_mean, graphdef, task), has_aux=True)
-        (_, (loss_sum, count, model_state, carry)), grads = mean_grad(params, model_state, batch, carry)
+        (_, (loss_sum, count, model_state, carry)), grads = mean_grad(
+            params, model_state, batch, carry
+        )
         return Gradients(loss_sum, count, grads, model_state, carry, None)
     grad_fn = jax.value_and_grad(functools.partial(_loss_sum, graphdef, task), has_aux=True)
 
     def body(acc, micro):
         loss_sum, count, grads, model_state, small_sq = acc
         mb, mcarry = micro
-        (l, (c, model_state, mcarry)), g = grad_fn(params, model_state, mb, mcarry)
+        (l, (c, model_state, mcarry)), g = grad_fn(params, model_state, mb, mcarry)  # noqa: E741
         if settings.noise_scale:  # |mean gradient of this micro-batch|^2
             small_sq = small_sq + optim.tree_sq_norm(g) / jnp.maximum(c, 1.0) ** 2
-        return (loss_sum + l, count + c, jax.tree.map(jnp.add, grads, g), model_state, small_sq), mcarry
+        return (
+            loss_sum + l,
+            count + c,
+            jax.tree.map(jnp.add, grads, g),
+            model_state,
+            small_sq,
+        ), mcarry
 
     zero = jnp.zeros((), jnp.float32)
     init = (zero, zero, jax.tree.map(jnp.zeros_like, params), model_state, zero)
@@ -202,26 +230,44 @@ def gradients(graphdef, task, settings: StepSettings, params, model_state, batch
         body, init, (jax.tree.map(split, batch), jax.tree.map(split, carry))
     )
     grads = jax.tree.map(lambda g: g / count, grads)
-    return Gradients(loss_sum, count, grads, model_state, jax.tree.map(_merge_micro, carries), small_sq / k)
+    return Gradients(
+        loss_sum, count, grads, model_state, jax.tree.map(_merge_micro, carries), small_sq / k
+    )
 
 
 def guard(verdict: Verdict, new: tuple, old: tuple) -> tuple:
-    """``new`` (a tuple of trees) where the update is finite, ``old`` where it is not (nan_policy=skip)."""
-    return tuple(jax.tree.map(lambda a, b: jnp.where(verdict.finite, a, b), n, o) for n, o in zip(new, old))
+    """``new`` (a tuple of trees) where the update is finite, ``old`` where it is not
+    (nan_policy=skip)."""
+    return tuple(
+        jax.tree.map(lambda a, b: jnp.where(verdict.finite, a, b), n, o) for n, o in zip(new, old)
+    )
 
 
-def step_metrics(task, settings: StepSettings, g: Gradients, batch, *, lr, grad_sq, param_norm, update_norm,
-                 skipped, opt_state) -> dict[str, jax.Array]:
+def step_metrics(
+    task,
+    settings: StepSettings,
+    g: Gradients,
+    batch,
+    *,
+    lr,
+    grad_sq,
+    param_norm,
+    update_norm,
+    skipped,
+    opt_state,
+) -> dict[str, jax.Array]:
     """What the loop logs about one update."""
     loss = g.loss_sum / g.count
     metrics = {
-        "loss": loss,  # the trained objective: per token, per sequence or per example (the task's count)
+        # the trained objective: per token, per sequence or per example (the task's count)
+        "loss": loss,
         "lr": lr,
         "grad_norm": jnp.sqrt(jnp.sum(grad_sq)),
         "update_norm": update_norm,
         "param_norm": param_norm,
         "skipped_updates": skipped,
-        "loss_count": g.count,  # what the loss averages over in this update (examples, sequences or tokens)
+        # what the loss averages over in this update (examples, sequences or tokens)
+        "loss_count": g.count,
     }
     tokens = task.token_count(batch) if isinstance(task, CountsTokens) else None
     if tokens is not None:  # the loss is per sequence: also log it per token (log perplexity)
@@ -237,15 +283,22 @@ def step_metrics(task, settings: StepSettings, g: Gradients, batch, *, lr, grad_
     return metrics
 
 
-def train_step(graphdef, tx: optax.GradientTransformation, task, settings: StepSettings, state: TrainState,
-               batch) -> tuple[TrainState, dict[str, jax.Array]]:
-    """One update: ``(state, batch) -> (state, metrics)``; the loss is the mean over the *global* batch.
+def train_step(
+    graphdef,
+    tx: optax.GradientTransformation,
+    task,
+    settings: StepSettings,
+    state: TrainState,
+    batch,
+) -> tuple[TrainState, dict[str, jax.Array]]:
+    """One update: ``(state, batch) -> (state, metrics)``; the loss is the mean over the *global*
+    batch.
 
-    A non-finite loss, gradient, update or new parameter is recorded in ``state.health`` (the loop stops on
-    it); with ``nan_policy="skip"`` that update is not applied (params, optimizer, model and carried state
-    keep their previous values). The update itself is never stored: it fuses into the new parameters; the
-    rare readers (the exact judgement of a bad update, ``update_norm`` at logged steps, NaN at the others)
-    compute it again."""
+    A non-finite loss, gradient, update or new parameter is recorded in ``state.health`` (the loop
+    stops on it); with ``nan_policy="skip"`` that update is not applied (params, optimizer, model
+    and carried state keep their previous values). The update itself is never stored: it fuses into
+    the new parameters; the rare readers (the exact judgement of a bad update, ``update_norm`` at
+    logged steps, NaN at the others) compute it again."""
     g = gradients(graphdef, task, settings, state.params, state.model_state, batch, state.carry)
 
     def update():
@@ -258,48 +311,94 @@ def train_step(graphdef, tx: optax.GradientTransformation, task, settings: StepS
     param_norm = jnp.sqrt(jnp.sum(param_sq))
     model_state, carry = g.model_state, g.carry
     if settings.nan_policy == "skip":
-        # a skipped update keeps the old parameters: their norm is logged (a pass only on that rare step)
-        param_norm = jax.lax.cond(verdict.finite, lambda: param_norm,
-                                  lambda: _tree_norm(state.params).astype(jnp.float32))
+        # a skipped update keeps the old parameters: their norm is logged (a pass only on that rare
+        # step)
+        param_norm = jax.lax.cond(
+            verdict.finite, lambda: param_norm, lambda: _tree_norm(state.params).astype(jnp.float32)
+        )
         params, opt_state, model_state, carry = guard(
-            verdict, (params, opt_state, model_state, carry),
-            (state.params, state.opt_state, state.model_state, state.carry))
+            verdict,
+            (params, opt_state, model_state, carry),
+            (state.params, state.opt_state, state.model_state, state.carry),
+        )
     health = state.health.after(state.step + 1, verdict, settings.max_consecutive_skips)
-    update_norm = jax.lax.cond(settings.logged(state.step + 1),
-                               lambda: _tree_norm(update()[0]).astype(jnp.float32),
-                               lambda: jnp.full((), jnp.nan, jnp.float32))
-    metrics = step_metrics(task, settings, g, batch, lr=optim.current_lr(opt_state), grad_sq=grad_sq,
-                           param_norm=param_norm, update_norm=update_norm, skipped=health.skipped,
-                           opt_state=opt_state)
-    new_state = state.replace(step=state.step + 1, params=params, opt_state=opt_state, model_state=model_state,
-                              carry=carry, health=health)
+    update_norm = jax.lax.cond(
+        settings.logged(state.step + 1),
+        lambda: _tree_norm(update()[0]).astype(jnp.float32),
+        lambda: jnp.full((), jnp.nan, jnp.float32),
+    )
+    metrics = step_metrics(
+        task,
+        settings,
+        g,
+        batch,
+        lr=optim.current_lr(opt_state),
+        grad_sq=grad_sq,
+        param_norm=param_norm,
+        update_norm=update_norm,
+        skipped=health.skipped,
+        opt_state=opt_state,
+    )
+    new_state = state.replace(
+        step=state.step + 1,
+        params=params,
+        opt_state=opt_state,
+        model_state=model_state,
+        carry=carry,
+        health=health,
+    )
     return new_state, metrics
 
 
-def make_train_step(graphdef, tx: optax.GradientTransformation, task, settings: StepSettings = StepSettings()):
-    """:func:`train_step` with its static arguments bound: ``(state, batch) -> (state, metrics)``."""
+def make_train_step(
+    graphdef, tx: optax.GradientTransformation, task, settings: StepSettings = StepSettings()
+):
+    """:func:`train_step` with its static arguments bound: ``(state, batch) -> (state,
+    metrics)``."""
     return functools.partial(train_step, graphdef, tx, task, settings)
 
 
 def state_shardings(state: TrainState, mesh) -> TrainState:
-    """Everything replicated except the carried state, which is split along the batch like the data."""
+    """Everything replicated except the carried state, which is split along the batch like the
+    data."""
     repl = parallel.replicated(mesh)
-    return TrainState(step=repl, params=repl, opt_state=repl, model_state=repl,
-                      carry=jax.tree.map(lambda _: parallel.batch_sharding(mesh), state.carry),
-                      health=jax.tree.map(lambda _: repl, state.health))
+    return TrainState(
+        step=repl,
+        params=repl,
+        opt_state=repl,
+        model_state=repl,
+        carry=jax.tree.map(lambda _: parallel.batch_sharding(mesh), state.carry),
+        health=jax.tree.map(lambda _: repl, state.health),
+    )
 
 
-def jit_train_step(graphdef, tx: optax.GradientTransformation, task, mesh, state: TrainState,
-                   settings: StepSettings):
-    """The train step jitted as the loop runs it: state sharded by ``state_shardings`` (and donated),
-    the batch split along ``'data'``, metrics replicated."""
+def jit_train_step(
+    graphdef,
+    tx: optax.GradientTransformation,
+    task,
+    mesh,
+    state: TrainState,
+    settings: StepSettings,
+):
+    """The train step jitted as the loop runs it: state sharded by ``state_shardings`` (and
+    donated), the batch split along ``'data'``, metrics replicated."""
     sh = state_shardings(state, mesh)
-    return jax.jit(make_train_step(graphdef, tx, task, settings),
-                   in_shardings=(sh, parallel.batch_sharding(mesh)),
-                   out_shardings=(sh, parallel.replicated(mesh)), donate_argnums=(0,))
+    return jax.jit(
+        make_train_step(graphdef, tx, task, settings),
+        in_shardings=(sh, parallel.batch_sharding(mesh)),
+        out_shardings=(sh, parallel.replicated(mesh)),
+        donate_argnums=(0,),
+    )
 
 
 def initial_state(params, model_state, tx: optax.GradientTransformation, carry) -> TrainState:
-    """Step 0: the optimizer's initial state over ``params``, nothing skipped, no bad update seen."""
-    return TrainState(step=jnp.zeros((), jnp.int32), params=params, opt_state=tx.init(params),
-                      model_state=model_state, carry=carry, health=Health.initial())
+    """Step 0: the optimizer's initial state over ``params``, nothing skipped, no bad update
+    seen."""
+    return TrainState(
+        step=jnp.zeros((), jnp.int32),
+        params=params,
+        opt_state=tx.init(params),
+        model_state=model_state,
+        carry=carry,
+        health=Health.initial(),
+    )
