@@ -212,11 +212,11 @@ def gradients(
     def body(acc, micro):
         loss_sum, count, grads, model_state, small_sq = acc
         mb, mcarry = micro
-        (l, (c, model_state, mcarry)), g = grad_fn(params, model_state, mb, mcarry)  # noqa: E741
+        (micro_sum, (c, model_state, mcarry)), g = grad_fn(params, model_state, mb, mcarry)
         if settings.noise_scale:  # |mean gradient of this micro-batch|^2
             small_sq = small_sq + optim.tree_sq_norm(g) / jnp.maximum(c, 1.0) ** 2
         return (
-            loss_sum + l,
+            loss_sum + micro_sum,
             count + c,
             jax.tree.map(jnp.add, grads, g),
             model_state,
