@@ -178,6 +178,12 @@ def sections(exp: Experiment, plan: Plan, s: dict) -> list[str]:
              f"it (at most {t.widen} times); then the best point on seeds {', '.join(map(str, t.seeds))}. Final "
              f"{exp.split} {exp.metric} of seed 0 (the best in bold):", ""]
     lines += grid_table(exp, sts, s)
+    near = [f"{st.line.key}: {_near_best(exp, st)}" for st in sts if st.settled]
+    if near:
+        tol = f"{exp.tolerance:g}" if exp.direction == "max" else f"{exp.tolerance:.0%}"
+        lines += ["", f"Grid points within the target's tolerance ({tol}) of each grid's best, seed 0: "
+                  + "; ".join(near) + ". A wide range is a flat optimum: the tuned LR is then one point "
+                  "of it, picked by one seed's noise as much as by the LR."]
     widened = [f"{st.line.key} ({st.widened}x)" for st in sts if st.widened]
     edges = [st.line.key for st in sts if st.at_edge]
     if widened:
@@ -203,6 +209,20 @@ def sections(exp: Experiment, plan: Plan, s: dict) -> list[str]:
                     "training summed (two runs at a time, beside other work)." if spent else "")
         lines += ["", f"Cost: {t.cost}{measured}"]
     return lines
+
+
+def _near_best(exp: Experiment, st: tuning.LineState) -> str:
+    """The grid's factors whose seed-0 value is within the target's tolerance of the best, as a range."""
+    best = st.finals[st.best]
+    if not isinstance(best, (int, float)) or not math.isfinite(best):
+        return "none finite"
+    if exp.direction == "max":
+        ok = [f for f, v in st.finals.items() if isinstance(v, (int, float)) and v >= best - exp.tolerance]
+    else:
+        ok = [f for f, v in st.finals.items()
+              if isinstance(v, (int, float)) and v <= best * (1 + exp.tolerance)]
+    lo, hi = min(ok), max(ok)
+    return f"x{lo:g}" if lo == hi else f"x{lo:g}-x{hi:g}"
 
 
 def _tuned_lr(plan: Plan, st: tuning.LineState, s: dict) -> float | None:
