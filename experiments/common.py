@@ -1,6 +1,7 @@
 """What an experiment file declares: its runs (config + arg + overrides, seeds), the metric and its
 direction, the paper's claim, the protocol's target rule and a scaled-down local version.
-``scripts/reproduce.py`` runs them; ``experiments/report.py`` renders them (docs/reproduce.md: the protocol).
+``scripts/reproduce.py`` runs them; ``experiments/report.py`` renders them (docs/reproduce.md: the
+protocol).
 """
 
 from __future__ import annotations
@@ -21,7 +22,9 @@ class Run:
     overrides: tuple[str, ...] = ()  # extra --config.a.b=value flags
     group: str = ""  # the table column (default: the scheme); e.g. the optimizer in a comparison
     seed: int = 0
-    role: str = "sweep"  # base | sweep | sensitivity (LEGW's peak LR x a factor) | noise | tune | budget
+    role: str = (
+        "sweep"  # base | sweep | sensitivity (LEGW's peak LR x a factor) | noise | tune | budget
+    )
     lr_factor: float = 1.0  # sensitivity runs: the peak LR relative to LEGW's
 
     @property
@@ -34,21 +37,26 @@ FACTORS = tuple(2.0**i for i in range(-3, 4))  # the tuning grid: LEGW's peak LR
 
 @dataclasses.dataclass(frozen=True)
 class Tuning:
-    """The tuned column (experiments/tuning.py): a grid of peak LRs at each batch size (or for each group), the
-    best point on ``seeds``, and the best point at the largest batch with ``budgets`` x the epoch budget."""
+    """The tuned column (experiments/tuning.py): a grid of peak LRs at each batch size (or for each
+    group), the best point on ``seeds``, and the best point at the largest batch with ``budgets`` x
+    the epoch budget."""
 
-    base_lr: float  # the recipe's LR at the base batch (a run's --config.optim.base_lr, where set, wins)
+    base_lr: (
+        float  # the recipe's LR at the base batch (a run's --config.optim.base_lr, where set, wins)
+    )
     epochs: float  # the plan's epoch budget: the budget runs train ``epochs x multiple``
     factors: tuple[float, ...] = FACTORS  # x the base LR, i.e. x LEGW's peak LR at every batch size
     widen: int = 2  # times two more points are added beyond an edge the best point sits on
     seeds: tuple[int, ...] = SEEDS  # the best point's seeds
     budgets: tuple[float, ...] = (2.0, 4.0)  # epoch-budget multiples at the largest batch
-    # overrides that stretch a schedule not defined relative to the budget (e.g. per-epoch decay) over
-    # ``multiple`` x the epochs
+    # overrides that stretch a schedule not defined relative to the budget (e.g. per-epoch decay)
+    # over ``multiple`` x the epochs
     stretch: Callable[[float], tuple[str, ...]] | None = None
     groups: tuple[str, ...] = ()  # rows="group": the groups tuned (default: all)
     budget_groups: tuple[str, ...] = ()  # rows="group": the groups with budget runs
-    extra: tuple[Run, ...] = ()  # more lines to tune: unseeded templates (role "tune"), e.g. at the base batch
+    extra: tuple[
+        Run, ...
+    ] = ()  # more lines to tune: unseeded templates (role "tune"), e.g. at the base batch
     cost: str = ""  # what the tuning adds to the plan's wall time, in words
 
 
@@ -69,10 +77,12 @@ class Experiment:
     split: str  # eval split whose metric is reported
     direction: str  # "max" or "min"
     claim: str  # the paper's claim, quoted in the rendered table
-    tolerance: float  # target = the base runs' mean best value within this (absolute for max, relative for min)
+    # target = the base runs' mean best value within this (absolute for max, relative for min)
+    tolerance: float
     full: Plan
     local: Plan
-    rows: str = "batch"  # table rows: "batch" (a batch-size sweep) or "group" (e.g. optimizers at one batch)
+    # table rows: "batch" (a batch-size sweep) or "group" (e.g. optimizers at one batch)
+    rows: str = "batch"
     fixed_target: float | None = None  # a target to reach instead of the base-derived one
     local_fixed_target: float | None = None
 
@@ -80,9 +90,9 @@ class Experiment:
         return self.local if local else self.full
 
     def target(self, base_best: list[float], local: bool = False) -> float | None:
-        """The metric value that counts as reaching the goal, fixed before the sweep: the fixed target if
-        the experiment has one, else the mean over seeds of the base runs' best value, within
-        ``tolerance``."""
+        """The metric value that counts as reaching the goal, fixed before the sweep: the fixed
+        target if the experiment has one, else the mean over seeds of the base runs' best value,
+        within ``tolerance``."""
         fixed = self.local_fixed_target if local else self.fixed_target
         if fixed is not None:
             return fixed
@@ -104,34 +114,84 @@ def seeded(run: Run, seed: int) -> Run:
     return dataclasses.replace(run, name=f"{run.name}_s{seed}", seed=seed, overrides=overrides)
 
 
-def sweep(base: int, multipliers, schemes, extra: str = "", overrides: tuple[str, ...] = (), *, seeds=SEEDS,
-          side_seeds=None, base_lr: float | None = None, sensitivity=(0.5, 2.0),
-          noise_overrides: tuple[str, ...] | None = ()):  # fmt: skip
-    """The protocol's runs: the base run (the tuned recipe at the base batch), every ``multiplier x scheme``
-    above it, LEGW's peak LR x each ``sensitivity`` factor at the largest batch (needs ``base_lr``); and one
-    run at the base batch logging the gradient noise scale (``noise_overrides`` added; ``None``: no noise run).
+def sweep(
+    base: int,
+    multipliers,
+    schemes,
+    extra: str = "",
+    overrides: tuple[str, ...] = (),
+    *,
+    seeds=SEEDS,
+    side_seeds=None,
+    base_lr: float | None = None,
+    sensitivity=(0.5, 2.0),
+    noise_overrides: tuple[str, ...] | None = (),
+):
+    """The protocol's runs: the base run (the tuned recipe at the base batch), every ``multiplier x
+    scheme`` above it, LEGW's peak LR x each ``sensitivity`` factor at the largest batch (needs
+    ``base_lr``); and one run at the base batch logging the gradient noise scale
+    (``noise_overrides`` added; ``None``: no noise run).
 
-    The base runs and the first scheme (the claim's) run for every one of ``seeds``; the other schemes and the
-    sensitivity runs for ``side_seeds`` (default: ``seeds``), the protocol's choice when a run is too slow for
-    three seeds of everything."""
+    The base runs and the first scheme (the claim's) run for every one of ``seeds``; the other
+    schemes and the sensitivity runs for ``side_seeds`` (default: ``seeds``), the protocol's choice
+    when a run is too slow for three seeds of everything."""
     sep = "," if extra else ""
     side = seeds if side_seeds is None else side_seeds
-    runs = [(Run(f"b{base}_base", base, "base", f"batch={base},scheme=legw{sep}{extra}", overrides, "base",
-                 role="base"), seeds)]  # fmt: skip
+    runs = [
+        (
+            Run(
+                f"b{base}_base",
+                base,
+                "base",
+                f"batch={base},scheme=legw{sep}{extra}",
+                overrides,
+                "base",
+                role="base",
+            ),
+            seeds,
+        )
+    ]
     for m in multipliers:
         if m == 1:
             continue
         b = base * m
-        runs += [(Run(f"b{b}_{s}", b, s, f"batch={b},scheme={s}{sep}{extra}", overrides), seeds if i == 0 else side)
-                 for i, s in enumerate(schemes)]  # fmt: skip
+        runs += [
+            (
+                Run(f"b{b}_{s}", b, s, f"batch={b},scheme={s}{sep}{extra}", overrides),
+                seeds if i == 0 else side,
+            )
+            for i, s in enumerate(schemes)
+        ]
     if base_lr is not None and sensitivity:
         b = base * max(multipliers)
         for f in sensitivity:
             lr = f"--config.optim.base_lr={base_lr * f:g}"
-            runs.append((Run(f"b{b}_legw_lr{f:g}", b, "legw", f"batch={b},scheme=legw{sep}{extra}",
-                             overrides + (lr,), f"legw, peak lr x{f:g}", role="sensitivity", lr_factor=f), side))  # fmt: skip
+            runs.append(
+                (
+                    Run(
+                        f"b{b}_legw_lr{f:g}",
+                        b,
+                        "legw",
+                        f"batch={b},scheme=legw{sep}{extra}",
+                        overrides + (lr,),
+                        f"legw, peak lr x{f:g}",
+                        role="sensitivity",
+                        lr_factor=f,
+                    ),
+                    side,
+                )
+            )
     out = [seeded(r, s) for r, ss in runs for s in ss]
     if noise_overrides is not None:
-        out.append(Run(f"b{base}_noise", base, "base", runs[0][0].arg,
-                       overrides + ("--config.noise_scale=True",) + tuple(noise_overrides), "noise", role="noise"))  # fmt: skip
+        out.append(
+            Run(
+                f"b{base}_noise",
+                base,
+                "base",
+                runs[0][0].arg,
+                overrides + ("--config.noise_scale=True",) + tuple(noise_overrides),
+                "noise",
+                role="noise",
+            )
+        )
     return tuple(out)

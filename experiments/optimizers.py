@@ -4,37 +4,81 @@ recipe applied unchanged): ResNet-50 at 16K; locally MNIST-LSTM at batch 160 (x1
 from experiments.common import SEEDS, Experiment, Plan, Run, Tuning
 
 RESNET_OPTIMIZERS = ("lars", "momentum", "adam", "adagrad", "rmsprop")
-# MNIST-LSTM base learning rates at batch 10: momentum is the recipe; the others use their common defaults
-# (not tuned): the point is what LEGW does for an optimizer nobody re-tuned.
+# MNIST-LSTM base learning rates at batch 10: momentum is the recipe; the others use their common
+# defaults (not tuned): the point is what LEGW does for an optimizer nobody re-tuned.
 MNIST_OPTIMIZERS = {"momentum": 0.1, "adam": 1e-3, "adagrad": 0.05, "rmsprop": 1e-3, "lars": 5.0}
 
 
 def _resnet():
-    return tuple(Run(f"{o}_{s}_s{seed}", 16384, s, f"batch=16384,scheme={s},optimizer={o}",
-                     (f"--config.seed={seed}",) if seed else (), o, seed)
-                 for o in RESNET_OPTIMIZERS for s in ("legw", "none") for seed in SEEDS[:1])  # fmt: skip
+    return tuple(
+        Run(
+            f"{o}_{s}_s{seed}",
+            16384,
+            s,
+            f"batch=16384,scheme={s},optimizer={o}",
+            (f"--config.seed={seed}",) if seed else (),
+            o,
+            seed,
+        )
+        for o in RESNET_OPTIMIZERS
+        for s in ("legw", "none")
+        for seed in SEEDS[:1]
+    )
 
 
 def _mnist():
-    return tuple(Run(f"{o}_{s}_s{seed}", 160, s, f"batch=160,scheme={s}",
-                     (f"--config.optim.name={o}", f"--config.optim.base_lr={lr}", "--config.optim.base_batch_size=10",
-                      "--config.log_every_steps=20") + ((f"--config.seed={seed}",) if seed else ()), o, seed)
-                 for o, lr in MNIST_OPTIMIZERS.items() for s in ("legw", "none") for seed in SEEDS)  # fmt: skip
+    return tuple(
+        Run(
+            f"{o}_{s}_s{seed}",
+            160,
+            s,
+            f"batch=160,scheme={s}",
+            (
+                f"--config.optim.name={o}",
+                f"--config.optim.base_lr={lr}",
+                "--config.optim.base_batch_size=10",
+                "--config.log_every_steps=20",
+            )
+            + ((f"--config.seed={seed}",) if seed else ()),
+            o,
+            seed,
+        )
+        for o, lr in MNIST_OPTIMIZERS.items()
+        for s in ("legw", "none")
+        for seed in SEEDS
+    )
 
 
 def _mnist_overrides(optimizer: str) -> tuple[str, ...]:
-    return (f"--config.optim.name={optimizer}", f"--config.optim.base_lr={MNIST_OPTIMIZERS[optimizer]}",
-            "--config.optim.base_batch_size=10", "--config.log_every_steps=20")
+    return (
+        f"--config.optim.name={optimizer}",
+        f"--config.optim.base_lr={MNIST_OPTIMIZERS[optimizer]}",
+        "--config.optim.base_batch_size=10",
+        "--config.log_every_steps=20",
+    )
 
 
-# every optimizer's peak LR tuned at 160; LARS's at the base batch 10 too (does its best LR move with the batch,
-# or does the trust ratio absorb it?); the longer budgets for LARS and momentum
+# every optimizer's peak LR tuned at 160; LARS's at the base batch 10 too (does its best LR move
+# with the batch, or does the trust ratio absorb it?); the longer budgets for LARS and momentum
 MNIST_TUNING = Tuning(
-    base_lr=0.1, epochs=40.0, budget_groups=("lars", "momentum"),
-    extra=(Run("lars_b10", 10, "legw", "batch=10,scheme=legw", _mnist_overrides("lars"), "lars", role="tune"),),
-    cost="37 grid runs beside the 5 LEGW runs the comparison has (LARS at batch 10 included), up to 24 more where "
-         "a grid widens, up to 12 seeds of the best points and 4 budget runs: about 2 minutes a run (3 at batch "
-         "10), about 1.5-2 h of two cores.")
+    base_lr=0.1,
+    epochs=40.0,
+    budget_groups=("lars", "momentum"),
+    extra=(
+        Run(
+            "lars_b10",
+            10,
+            "legw",
+            "batch=10,scheme=legw",
+            _mnist_overrides("lars"),
+            "lars",
+            role="tune",
+        ),
+    ),
+    cost="37 grid runs beside the 5 LEGW runs the comparison has (LARS at batch 10 included), up "
+    "to 24 more where a grid widens, up to 12 seeds of the best points and 4 budget runs: about 2 "
+    "minutes a run (3 at batch 10), about 1.5-2 h of two cores.",
+)
 
 
 EXPERIMENT = Experiment(
@@ -43,14 +87,18 @@ EXPERIMENT = Experiment(
     metric="accuracy",
     split="eval",
     direction="max",
-    claim="LEGW works better than the auto-tuning of adaptive optimizers (Adam, Adagrad, RMSprop, ...) at large batch",
+    claim="LEGW works better than the auto-tuning of adaptive optimizers (Adam, Adagrad, RMSprop, "
+    "...) at large batch",
     tolerance=0.01,
     full=Plan(_resnet(), "ImageNet, ResNet-50, batch 16K, 90 epochs (one seed: a run takes hours)"),
-    local=Plan(_mnist(), "MNIST-LSTM on the embedded 5k digits, batch 160 (x16 the base 10), 40 epochs, 3 seeds",
-               "configs/mnist_lstm.py",
-               caveats="Only momentum's base learning rate is a tuned recipe; the adaptive optimizers use their "
-                       "usual defaults at the base batch.",
-               tuning=MNIST_TUNING),
+    local=Plan(
+        _mnist(),
+        "MNIST-LSTM on the embedded 5k digits, batch 160 (x16 the base 10), 40 epochs, 3 seeds",
+        "configs/mnist_lstm.py",
+        caveats="Only momentum's base learning rate is a tuned recipe; the adaptive optimizers use "
+        "their usual defaults at the base batch.",
+        tuning=MNIST_TUNING,
+    ),
     rows="group",
     fixed_target=0.75,
     local_fixed_target=0.95,

@@ -1,7 +1,8 @@
-"""PTB-large LM batch-size sweep: base 20 -> 1280 (x64), Zaremba et al.'s large model (2x1500, dropout 0.65).
+"""PTB-large LM batch-size sweep: base 20 -> 1280 (x64), Zaremba et al.'s large model (2x1500,
+dropout 0.65).
 
-Full plan only: a 2x1500 LSTM trains at about 100 tokens/s on two CPU cores, so no local run would be the
-large model; the local language-model table is ``ptb_small`` (KJV corpus)."""
+Full plan only: a 2x1500 LSTM trains at about 100 tokens/s on two CPU cores, so no local run would
+be the large model; the local language-model table is ``ptb_small`` (KJV corpus)."""
 
 from experiments.common import Experiment, Plan, sweep
 
@@ -15,7 +16,9 @@ EXPERIMENT = Experiment(
     direction="min",
     claim="PTB LSTM (large): batch x64 with LEGW keeps the base perplexity, without re-tuning",
     tolerance=0.05,
-    full=Plan(sweep(20, (1, 4, 16, 64), SCHEMES, "size=large", seeds=(0,), base_lr=1.0),
-              "PTB, 2x1500 LSTM, dropout 0.65, 55 epochs (one seed: a run takes hours)"),
+    full=Plan(
+        sweep(20, (1, 4, 16, 64), SCHEMES, "size=large", seeds=(0,), base_lr=1.0),
+        "PTB, 2x1500 LSTM, dropout 0.65, 55 epochs (one seed: a run takes hours)",
+    ),
     local=Plan((), "not run locally: see ptb_small"),
 )

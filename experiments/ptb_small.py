@@ -1,8 +1,9 @@
 """PTB-small LM batch-size sweep: base 20 -> 1280 (x64); locally the KJV corpus with a 2x128 LSTM.
 
-The recipe is the TF PTB tutorial's small config as published (loss summed over the T=20 steps and averaged
-over the streams, SGD lr 1.0, global-norm clip 5, x0.5 per epoch after epoch 4), with a base warmup of
-1/32 epoch locally so that LEGW's longest warmup (x64: 2 epochs) ends before the first decay step (epoch 4).
+The recipe is the TF PTB tutorial's small config as published (loss summed over the T=20 steps and
+averaged over the streams, SGD lr 1.0, global-norm clip 5, x0.5 per epoch after epoch 4), with a
+base warmup of 1/32 epoch locally so that LEGW's longest warmup (x64: 2 epochs) ends before the
+first decay step (epoch 4).
 """
 
 from experiments.common import Experiment, Plan, Tuning, sweep
@@ -12,11 +13,14 @@ LOCAL = ("--config.optim.schedule.warmup_epochs=0.03125", "--config.log_every_st
 
 
 def stretch(multiple: float) -> tuple[str, ...]:
-    """The small recipe's per-epoch decay (x0.5 a epoch from epoch 3) spread over ``multiple`` x the epochs: it
-    starts at 3 x multiple and halves every ``multiple`` epochs, so the LR is the same at the same share of the
-    budget (a per-epoch decay kept as is would take x2 and x4 runs to zero LR long before they end)."""
-    return (f"--config.optim.schedule.exponential.start_epoch={3 * multiple:g}",
-            f"--config.optim.schedule.exponential.rate={0.5 ** (1 / multiple):.6g}")
+    """The small recipe's per-epoch decay (x0.5 a epoch from epoch 3) spread over ``multiple`` x the
+    epochs: it starts at 3 x multiple and halves every ``multiple`` epochs, so the LR is the same at
+    the same share of the budget (a per-epoch decay kept as is would take x2 and x4 runs to zero LR
+    long before they end)."""
+    return (
+        f"--config.optim.schedule.exponential.start_epoch={3 * multiple:g}",
+        f"--config.optim.schedule.exponential.rate={0.5 ** (1 / multiple):.6g}",
+    )
 
 
 EXPERIMENT = Experiment(
@@ -27,17 +31,29 @@ EXPERIMENT = Experiment(
     direction="min",
     claim="PTB LSTM: batch x64 (20 -> 1280) with LEGW keeps the base perplexity, without re-tuning",
     tolerance=0.05,  # within 5 % of the base runs' mean best test perplexity
-    full=Plan(sweep(20, (1, 4, 16, 64), SCHEMES, "size=small", seeds=(0,), base_lr=1.0),
-              "PTB, 2x200 LSTM, 13 epochs (Zaremba small; one seed)"),
-    local=Plan(sweep(20, (1, 16, 64), SCHEMES, "runlocal=True,epochs=10", LOCAL, side_seeds=(0,), base_lr=1.0),
-               "KJV corpus (737k training tokens), a 2x128 LSTM with a 2k vocabulary and no dropout (smaller than "
-               "PTB-small's 2x200 over 10k words), T=20, 10 epochs, the TF tutorial's small recipe; a run takes "
-               "9-11 minutes on 2 cores, so 3 seeds for the base and LEGW columns and one for the others",
-               caveats="Perplexities are over a 2k-word vocabulary of the KJV, not comparable with PTB's.",
-               # coarsened (5 points, not 7): a run takes 9-13 minutes
-               tuning=Tuning(base_lr=1.0, epochs=10.0, factors=(0.25, 0.5, 1.0, 2.0, 4.0), stretch=stretch,
-                             cost="10 grid runs beside the 5 the sweep has (5 points a factor of 2 apart, not 7: "
-                                  "a run takes 9-13 minutes), up to 12 more where a grid widens, up to 6 seeds of "
-                                  "the best points and 2 budget runs (20 and 40 epochs at 1280, 25 and 50 minutes): "
-                                  "about 4-6 h of two cores, over several sittings (resumable).")),
+    full=Plan(
+        sweep(20, (1, 4, 16, 64), SCHEMES, "size=small", seeds=(0,), base_lr=1.0),
+        "PTB, 2x200 LSTM, 13 epochs (Zaremba small; one seed)",
+    ),
+    local=Plan(
+        sweep(
+            20, (1, 16, 64), SCHEMES, "runlocal=True,epochs=10", LOCAL, side_seeds=(0,), base_lr=1.0
+        ),
+        "KJV corpus (737k training tokens), a 2x128 LSTM with a 2k vocabulary and no dropout "
+        "(smaller than PTB-small's 2x200 over 10k words), T=20, 10 epochs, the TF tutorial's small "
+        "recipe; a run takes 9-11 minutes on 2 cores, so 3 seeds for the base and LEGW columns and "
+        "one for the others",
+        caveats="Perplexities are over a 2k-word vocabulary of the KJV, not comparable with PTB's.",
+        # coarsened (5 points, not 7): a run takes 9-13 minutes
+        tuning=Tuning(
+            base_lr=1.0,
+            epochs=10.0,
+            factors=(0.25, 0.5, 1.0, 2.0, 4.0),
+            stretch=stretch,
+            cost="10 grid runs beside the 5 the sweep has (5 points a factor of 2 apart, not 7: "
+            "a run takes 9-13 minutes), up to 12 more where a grid widens, up to 6 seeds of the "
+            "best points and 2 budget runs (20 and 40 epochs at 1280, 25 and 50 minutes): about "
+            "4-6 h of two cores, over several sittings (resumable).",
+        ),
+    ),
 )

@@ -1,7 +1,8 @@
-"""The tuned column's part of a rendered page (experiments/tuning.py runs it): the tuned cell of each line,
-the grid of final values, which scaling rule the optimal LR follows, the longer budgets at the largest batch,
-the verdict per line for "Read this first", and the optimal-LR-against-batch plot. Pure functions of the
-summarised rows (experiments/report.py), so a page renders to the same bytes every time.
+"""The tuned column's part of a rendered page (experiments/tuning.py runs it): the tuned cell of
+each line, the grid of final values, which scaling rule the optimal LR follows, the longer budgets
+at the largest batch, the verdict per line for "Read this first", and the optimal-LR-against-batch
+plot. Pure functions of the summarised rows (experiments/report.py), so a page renders to the same
+bytes every time.
 """
 
 from __future__ import annotations
@@ -14,7 +15,8 @@ from experiments.common import Experiment, Plan
 
 
 def row_finals(rows: list[dict]):
-    """``name -> final`` from summarised rows, as tuning.state expects (the same values report.finals reads)."""
+    """``name -> final`` from summarised rows, as tuning.state expects (the same values
+    report.finals reads)."""
     by = {r["run"]: r for r in rows}
 
     def final(name: str):
@@ -43,12 +45,15 @@ def best_rows(plan: Plan, st: tuning.LineState, s: dict) -> list[dict]:
 
 
 def _base_steps(s: dict) -> float | None:
-    base = report.aggregate([r for r in s["rows"] if r["role"] == "base" and "final" in r] or [{"batch": 0}])
+    base = report.aggregate(
+        [r for r in s["rows"] if r["role"] == "base" and "final" in r] or [{"batch": 0}]
+    )
     return base["steps_to_target"] if base.get("seeds") and base["final"] is not None else None
 
 
 def tuned_cells(exp: Experiment, plan: Plan, s: dict) -> dict[str, str]:
-    """line key -> the tuned cell: best final (mean +- se over seeds), steps to target, and the tuned peak LR."""
+    """line key -> the tuned cell: best final (mean +- se over seeds), steps to target, and the
+    tuned peak LR."""
     out = {}
     for st in states(exp, plan, s):
         if not st.settled:
@@ -58,13 +63,16 @@ def tuned_cells(exp: Experiment, plan: Plan, s: dict) -> dict[str, str]:
         rs = best_rows(plan, st, s)
         lr = next((r["peak_lr"] for r in rs if r.get("peak_lr") is not None), None)
         edge = ", at the grid's edge" if st.at_edge else ""
-        out[st.line.key] = (f"{report.cell_text(report.aggregate(rs), _base_steps(s))}; peak lr {report.fmt(lr, 3)} "
-                            f"(x{st.best:g}{edge})")
+        out[st.line.key] = (
+            f"{report.cell_text(report.aggregate(rs), _base_steps(s))}; peak lr "
+            f"{report.fmt(lr, 3)} (x{st.best:g}{edge})"
+        )
     return out
 
 
 def optimum_exponent(points: list[tuple[float, float]]) -> float | None:
-    """The least-squares slope of log(tuned LR) against log(batch): 0.5 is Sqrt Scaling, 1 Linear Scaling."""
+    """The least-squares slope of log(tuned LR) against log(batch): 0.5 is Sqrt Scaling, 1 Linear
+    Scaling."""
     if len({b for b, _ in points}) < 2:
         return None
     xs, ys = [math.log(b) for b, _ in points], [math.log(lr) for _, lr in points]
@@ -73,20 +81,33 @@ def optimum_exponent(points: list[tuple[float, float]]) -> float | None:
 
 
 def rule_sentence(points: list[tuple[float, float]], step: float = 2.0) -> str:
-    """Which rule the tuned LRs follow, within the grid's resolution: each tuned LR is known to a factor of
-    ``step`` (one grid point), so over a batch range k the exponent is known to about log(step) / log(k)."""
+    """Which rule the tuned LRs follow, within the grid's resolution: each tuned LR is known to a
+    factor of ``step`` (one grid point), so over a batch range k the exponent is known to about
+    log(step) / log(k)."""
     alpha = optimum_exponent(points)
     if alpha is None:
         return "one batch size tuned: no rule to read."
     k = max(b for b, _ in points) / min(b for b, _ in points)
     res = math.log(step) / math.log(k)
-    fits = [name for name, e in (("Sqrt Scaling (0.5)", 0.5), ("Linear Scaling (1)", 1.0), ("no scaling (0)", 0.0))
-            if abs(alpha - e) <= res]
+    fits = [
+        name
+        for name, e in (
+            ("Sqrt Scaling (0.5)", 0.5),
+            ("Linear Scaling (1)", 1.0),
+            ("no scaling (0)", 0.0),
+        )
+        if abs(alpha - e) <= res
+    ]
     seen = ", ".join(f"{report.fmt(lr, 3)} at {b}" for b, lr in sorted(points))
-    head = (f"tuned peak LR {seen}: it grows as batch^{round(alpha, 2) + 0.0:.2f} (least squares; +- {res:.2f}, "
-            f"one grid step over x{k:g})")
+    head = (
+        f"tuned peak LR {seen}: it grows as batch^{round(alpha, 2) + 0.0:.2f} (least squares; +- "
+        f"{res:.2f}, one grid step over x{k:g})"
+    )
     if not fits:
-        return head + ": none of Sqrt Scaling (0.5), Linear Scaling (1) or no scaling (0) within the resolution."
+        return (
+            head + ": none of Sqrt Scaling (0.5), Linear Scaling (1) or no scaling (0) within the "
+            "resolution."
+        )
     return head + ": within the resolution of " + " and ".join(fits) + "."
 
 
@@ -100,8 +121,13 @@ def grid_table(exp: Experiment, sts: list[tuning.LineState], s: dict) -> list[st
         row = [st.line.key, report.fmt(legw.get("peak_lr"), 3)]
         for f in factors:
             v = st.finals.get(f, "")
-            text = "" if f not in st.factors else ("not run" if v is None else
-                                                   "diverged" if v == tuning.STOPPED else report.fmt(v))
+            text = (
+                ""
+                if f not in st.factors
+                else (
+                    "not run" if v is None else "diverged" if v == tuning.STOPPED else report.fmt(v)
+                )
+            )
             row.append(f"**{text}**" if st.settled and f == st.best else text)
         lines.append("| " + " | ".join(row) + " |")
     return lines
@@ -110,8 +136,10 @@ def grid_table(exp: Experiment, sts: list[tuning.LineState], s: dict) -> list[st
 def budget_table(exp: Experiment, plan: Plan, st: tuning.LineState, s: dict) -> list[str]:
     t = plan.tuning
     base_steps = _base_steps(s)
-    lines = ["| epoch budget | final | epochs to target | steps to target | steps, x the base's |",
-             "|---|---|---|---|---|"]
+    lines = [
+        "| epoch budget | final | epochs to target | steps to target | steps, x the base's |",
+        "|---|---|---|---|---|",
+    ]
     entries = [(1.0, [r for r in _rows(s, [tuning.grid_run(st.line, st.best).name])])]
     entries += [(m, _rows(s, [tuning.budget_run(st.line, st.best, m, t).name])) for m in t.budgets]
     for m, rs in entries:
@@ -122,8 +150,10 @@ def budget_table(exp: Experiment, plan: Plan, st: tuning.LineState, s: dict) -> 
         steps = v["steps_to_target"]
         ratio = f"{steps / base_steps:.2g}" if steps and base_steps else "-"
         final = report.fmt(v["final"]) if v["final"] is not None else "diverged"
-        lines.append(f"| x{m:g} ({t.epochs * m:g} epochs) | {final} | {report.fmt(v['epochs_to_target'])} | "
-                     f"{report.fmt(steps)} | {ratio} |")
+        lines.append(
+            f"| x{m:g} ({t.epochs * m:g} epochs) | {final} | {report.fmt(v['epochs_to_target'])} | "
+            f"{report.fmt(steps)} | {ratio} |"
+        )
     return lines
 
 
@@ -132,8 +162,9 @@ def _reached(rows: list[dict]) -> tuple[int, int]:
 
 
 def verdicts(exp: Experiment, plan: Plan, s: dict) -> list[str]:
-    """One line per settled line with a LEGW run: LEGW against the tuned LR (the cost of not re-tuning), and
-    at the largest batch whether a failure is the rule's, the budget's, or neither's."""
+    """One line per settled line with a LEGW run: LEGW against the tuned LR (the cost of not
+    re-tuning), and at the largest batch whether a failure is the rule's, the budget's, or
+    neither's."""
     if not plan.tuning:
         return []
     out = []
@@ -146,81 +177,137 @@ def verdicts(exp: Experiment, plan: Plan, s: dict) -> list[str]:
             continue
         lv, bv = report.aggregate(legw), report.aggregate(best)
         (lr_, ln), (br, bn) = _reached(legw), _reached(best)
-        gap = "-" if lv["final"] is None or bv["final"] is None else report.fmt(abs(bv["final"] - lv["final"]), 3)
+        gap = (
+            "-"
+            if lv["final"] is None or bv["final"] is None
+            else report.fmt(abs(bv["final"] - lv["final"]), 3)
+        )
         who = "LEGW" if legw[0]["role"] != "base" else "the recipe"
-        text = (f"{st.line.key}: {who} {report.fmt(lv['final'])} (target {lr_}/{ln}), tuned "
-                f"{report.fmt(bv['final'])} at x{st.best:g} its peak LR (target {br}/{bn}); gap {gap}")
+        text = (
+            f"{st.line.key}: {who} {report.fmt(lv['final'])} (target {lr_}/{ln}), tuned "
+            f"{report.fmt(bv['final'])} at x{st.best:g} its peak LR (target {br}/{bn}); gap {gap}"
+        )
         if st.line.largest and not lr_:
-            longer = [(m, _rows(s, [tuning.budget_run(st.line, st.best, m, plan.tuning).name]))
-                      for m in plan.tuning.budgets]
+            longer = [
+                (m, _rows(s, [tuning.budget_run(st.line, st.best, m, plan.tuning).name]))
+                for m in plan.tuning.budgets
+            ]
             rescue = next((m for m, rs in longer if rs and _reached(rs)[0]), None)
             if br:
-                text += ": the failure is the rule's (a tuned LR reaches the target in the same epochs)"
+                text += (
+                    ": the failure is the rule's (a tuned LR reaches the target in the same epochs)"
+                )
             elif rescue:
-                text += f": the failure is the budget's (the tuned LR reaches it with x{rescue:g} the epochs)"
+                text += (
+                    f": the failure is the budget's (the tuned LR reaches it with x{rescue:g} the "
+                    "epochs)"
+                )
             elif all(rs for _, rs in longer):
-                text += (f": neither a tuned LR nor x{max(plan.tuning.budgets):g} the epochs reaches the "
-                         "target here")
+                text += (
+                    f": neither a tuned LR nor x{max(plan.tuning.budgets):g} the epochs reaches "
+                    "the target here"
+                )
         out.append(text + ".")
     return out
 
 
 def sections(exp: Experiment, plan: Plan, s: dict) -> list[str]:
-    """The page's tuned-LR section: how the grid was run, its values, the rule, the longer budgets."""
+    """The page's tuned-LR section: how the grid was run, its values, the rule, the longer
+    budgets."""
     t = plan.tuning
     if not t:
         return []
     sts = states(exp, plan, s)
     grid = ", ".join(f"x{f:g}" for f in sorted(t.factors))
-    lines = ["", "## The tuned learning rate", "",
-             f"At each {'batch size' if exp.rows == 'batch' else 'setting'}, LEGW's peak LR (with LEGW's warmup) "
-             f"times {grid}, one seed each (seed 0); where the best point sat on an edge, two more points beyond "
-             f"it (at most {t.widen} times); then the best point on seeds {', '.join(map(str, t.seeds))}. Final "
-             f"{exp.split} {exp.metric} of seed 0 (the best in bold):", ""]
+    lines = [
+        "",
+        "## The tuned learning rate",
+        "",
+        f"At each {'batch size' if exp.rows == 'batch' else 'setting'}, LEGW's peak LR (with "
+        f"LEGW's warmup) times {grid}, one seed each (seed 0); where the best point sat on an "
+        f"edge, two more points beyond it (at most {t.widen} times); then the best point on seeds "
+        f"{', '.join(map(str, t.seeds))}. Final {exp.split} {exp.metric} of seed 0 (the best in "
+        "bold):",
+        "",
+    ]
     lines += grid_table(exp, sts, s)
     near = [f"{st.line.key}: {_near_best(exp, st)}" for st in sts if st.settled]
     if near:
         tol = f"{exp.tolerance:g}" if exp.direction == "max" else f"{exp.tolerance:.0%}"
-        lines += ["", f"Grid points within the target's tolerance ({tol}) of each grid's best, seed 0: "
-                  + "; ".join(near) + ". A wide range is a flat optimum: the tuned LR is then one point "
-                  "of it, picked by one seed's noise as much as by the LR."]
+        lines += [
+            "",
+            f"Grid points within the target's tolerance ({tol}) of each grid's best, seed 0: "
+            + "; ".join(near)
+            + ". A wide range is a flat optimum: the tuned LR is then one point "
+            "of it, picked by one seed's noise as much as by the LR.",
+        ]
     widened = [f"{st.line.key} ({st.widened}x)" for st in sts if st.widened]
     edges = [st.line.key for st in sts if st.at_edge]
     if widened:
         lines += ["", f"Widened beyond an edge: {', '.join(widened)}."]
     if edges:
-        lines += ["", f"Still at the grid's edge after widening: {', '.join(edges)} (the optimum may lie beyond)."]
+        lines += [
+            "",
+            f"Still at the grid's edge after widening: {', '.join(edges)} (the optimum may lie "
+            "beyond).",
+        ]
     for group in dict.fromkeys(st.line.group for st in sts):
-        pts = [(st.line.template.batch, _tuned_lr(plan, st, s)) for st in sts
-               if st.settled and st.line.group == group and _tuned_lr(plan, st, s)]
+        pts = [
+            (st.line.template.batch, _tuned_lr(plan, st, s))
+            for st in sts
+            if st.settled and st.line.group == group and _tuned_lr(plan, st, s)
+        ]
         if len({b for b, _ in pts}) > 1:
-            lines += ["", f"Optimal LR against batch size{' (' + group + ')' if group else ''}: "
-                      + rule_sentence(pts)]
+            lines += [
+                "",
+                f"Optimal LR against batch size{' (' + group + ')' if group else ''}: "
+                + rule_sentence(pts),
+            ]
     for st in sts:
         if st.line.largest and st.settled:
-            lines += ["", f"The epoch budget at {st.line.key} (the tuned LR, x{st.best:g}; one seed):", ""]
+            lines += [
+                "",
+                f"The epoch budget at {st.line.key} (the tuned LR, x{st.best:g}; one seed):",
+                "",
+            ]
             lines += budget_table(exp, plan, st, s)
     v = verdicts(exp, plan, s)
     if v:
         lines += ["", "LEGW against the tuned LR:", ""] + [f"- {x}" for x in v]
-    spent = [r["train_time_s"] for r in s["rows"] if r["role"] in report.TUNING_ROLES and r.get("train_time_s")]
+    spent = [
+        r["train_time_s"]
+        for r in s["rows"]
+        if r["role"] in report.TUNING_ROLES and r.get("train_time_s")
+    ]
     if t.cost or spent:
-        measured = (f" Measured so far: {len(spent)} tuning runs beside the sweep's, {sum(spent) / 60:.0f} minutes of "
-                    "training summed (two runs at a time, beside other work)." if spent else "")
+        measured = (
+            f" Measured so far: {len(spent)} tuning runs beside the sweep's, {sum(spent) / 60:.0f} "
+            "minutes of training summed (two runs at a time, beside other work)."
+            if spent
+            else ""
+        )
         lines += ["", f"Cost: {t.cost}{measured}"]
     return lines
 
 
 def _near_best(exp: Experiment, st: tuning.LineState) -> str:
-    """The grid's factors whose seed-0 value is within the target's tolerance of the best, as a range."""
+    """The grid's factors whose seed-0 value is within the target's tolerance of the best, as a
+    range."""
     best = st.finals[st.best]
     if not isinstance(best, (int, float)) or not math.isfinite(best):
         return "none finite"
     if exp.direction == "max":
-        ok = [f for f, v in st.finals.items() if isinstance(v, (int, float)) and v >= best - exp.tolerance]
+        ok = [
+            f
+            for f, v in st.finals.items()
+            if isinstance(v, (int, float)) and v >= best - exp.tolerance
+        ]
     else:
-        ok = [f for f, v in st.finals.items()
-              if isinstance(v, (int, float)) and v <= best * (1 + exp.tolerance)]
+        ok = [
+            f
+            for f, v in st.finals.items()
+            if isinstance(v, (int, float)) and v <= best * (1 + exp.tolerance)
+        ]
     lo, hi = min(ok), max(ok)
     return f"x{lo:g}" if lo == hi else f"x{lo:g}-x{hi:g}"
 
@@ -230,8 +317,9 @@ def _tuned_lr(plan: Plan, st: tuning.LineState, s: dict) -> float | None:
 
 
 def plot(exp: Experiment, plan: Plan, s: dict, path: str) -> bool:
-    """Log-log: every grid point as a square coloured by its final value (how flat the optimum is), the tuned
-    LR at each batch, and the Linear and Sqrt Scaling predictions through the smallest batch's tuned LR."""
+    """Log-log: every grid point as a square coloured by its final value (how flat the optimum is),
+    the tuned LR at each batch, and the Linear and Sqrt Scaling predictions through the smallest
+    batch's tuned LR."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -243,11 +331,19 @@ def plot(exp: Experiment, plan: Plan, s: dict, path: str) -> bool:
     by = {r["run"]: r for r in s["rows"]}
     groups = list(dict.fromkeys(st.line.group for st in sts))
     fig, axes = plt.subplots(1, len(groups), figsize=(4.2 * len(groups) + 2.2, 4.4), squeeze=False)
-    values = [v for st in sts for v in st.finals.values() if isinstance(v, (int, float)) and math.isfinite(v)]
+    values = [
+        v
+        for st in sts
+        for v in st.finals.values()
+        if isinstance(v, (int, float)) and math.isfinite(v)
+    ]
     lo, hi = (min(values), max(values)) if values else (0.0, 1.0)
     cmap = plt.get_cmap("viridis" if exp.direction == "max" else "viridis_r")
-    norm = (matplotlib.colors.LogNorm(lo, hi) if exp.direction == "min" and lo > 0 and hi > lo
-            else matplotlib.colors.Normalize(lo, hi))
+    norm = (
+        matplotlib.colors.LogNorm(lo, hi)
+        if exp.direction == "min" and lo > 0 and hi > lo
+        else matplotlib.colors.Normalize(lo, hi)
+    )
     for ax, group in zip(axes[0], groups):
         mine = [st for st in sts if st.line.group == group]
         for st in mine:
@@ -258,25 +354,47 @@ def plot(exp: Experiment, plan: Plan, s: dict, path: str) -> bool:
                 if lr is None:
                     continue
                 finite = isinstance(v, (int, float)) and math.isfinite(v)
-                ax.scatter([st.line.template.batch], [lr], marker="s", s=120, edgecolors="none",
-                           color=cmap(norm(v)) if finite else "lightgrey")
-        pts = sorted((st.line.template.batch, _tuned_lr(plan, st, s)) for st in mine
-                     if st.settled and _tuned_lr(plan, st, s))
+                ax.scatter(
+                    [st.line.template.batch],
+                    [lr],
+                    marker="s",
+                    s=120,
+                    edgecolors="none",
+                    color=cmap(norm(v)) if finite else "lightgrey",
+                )
+        pts = sorted(
+            (st.line.template.batch, _tuned_lr(plan, st, s))
+            for st in mine
+            if st.settled and _tuned_lr(plan, st, s)
+        )
         if pts:
             ax.plot([b for b, _ in pts], [lr for _, lr in pts], "o-", color="black", label="tuned")
             b0, lr0 = pts[0]
             bs = [b0, max(st.line.template.batch for st in mine)]
-            ax.plot(bs, [lr0 * b / b0 for b in bs], "--", color="C3", label="linear from the smallest")
-            ax.plot(bs, [lr0 * math.sqrt(b / b0) for b in bs], ":", color="C0", label="sqrt from the smallest")
+            ax.plot(
+                bs, [lr0 * b / b0 for b in bs], "--", color="C3", label="linear from the smallest"
+            )
+            ax.plot(
+                bs,
+                [lr0 * math.sqrt(b / b0) for b in bs],
+                ":",
+                color="C0",
+                label="sqrt from the smallest",
+            )
             ax.legend(fontsize=7)
         ax.set_xscale("log", base=2)
         ax.set_yscale("log", base=2)
         ax.set_xlabel("global batch size")
         ax.set_ylabel("peak learning rate")
         ax.set_title(group or exp.name, fontsize=9)
-    fig.colorbar(matplotlib.cm.ScalarMappable(norm=norm, cmap=cmap), ax=list(axes[0]),
-                 label=f"final {exp.split} {exp.metric} (seed 0; grey: diverged)")
-    fig.suptitle(f"{exp.name}: the tuned peak LR against batch size (squares: the grid)", fontsize=10)
+    fig.colorbar(
+        matplotlib.cm.ScalarMappable(norm=norm, cmap=cmap),
+        ax=list(axes[0]),
+        label=f"final {exp.split} {exp.metric} (seed 0; grey: diverged)",
+    )
+    fig.suptitle(
+        f"{exp.name}: the tuned peak LR against batch size (squares: the grid)", fontsize=10
+    )
     fig.savefig(path, dpi=110, metadata={"Software": None})
     plt.close(fig)
     return True

@@ -1,14 +1,15 @@
-"""The tuned column (docs/reproduce.md, "The tuned learning rate"): at each batch size a grid of peak learning
-rates around LEGW's, the best point on more seeds, and at the largest batch the best point with a longer
-epoch budget.
+"""The tuned column (docs/reproduce.md, "The tuned learning rate"): at each batch size a grid of
+peak learning rates around LEGW's, the best point on more seeds, and at the largest batch the best
+point with a longer epoch budget.
 
-A *line* is one setting whose peak LR is tuned: a batch size of a batch-size sweep, or an optimizer of a
-comparison. Its grid runs are its template run (LEGW's at that batch; the base run at the base batch) with the
-base LR times each factor, so LEGW's own run is the grid's point 1 and the sensitivity runs are its points 0.5
-and 2 (same name, same command: they run once). The plan unfolds in stages, each decided by the runs that have
-finished: the grid; two more points beyond an edge when the best point sits on it (at most ``widen`` times);
-then the best point's other seeds and the budget runs. :func:`state` is a pure function of the finished runs'
-final values, so ``scripts/reproduce.py`` and the rendered page compute the same plan.
+A *line* is one setting whose peak LR is tuned: a batch size of a batch-size sweep, or an optimizer
+of a comparison. Its grid runs are its template run (LEGW's at that batch; the base run at the base
+batch) with the base LR times each factor, so LEGW's own run is the grid's point 1 and the
+sensitivity runs are its points 0.5 and 2 (same name, same command: they run once). The plan unfolds
+in stages, each decided by the runs that have finished: the grid; two more points beyond an edge
+when the best point sits on it (at most ``widen`` times); then the best point's other seeds and the
+budget runs. :func:`state` is a pure function of the finished runs' final values, so
+``scripts/reproduce.py`` and the rendered page compute the same plan.
 """
 
 from __future__ import annotations
@@ -20,15 +21,16 @@ from collections.abc import Callable
 
 from experiments.common import Experiment, Plan, Run, Tuning, seeded
 
-# What a finished run's final value may be: a number, STOPPED (diverged: worse than any number), or None (not
-# finished yet).
+# What a finished run's final value may be: a number, STOPPED (diverged: worse than any number), or
+# None (not finished yet).
 STOPPED = "stopped"
 Final = Callable[[str], "float | str | None"]
 
 
 @dataclasses.dataclass(frozen=True)
 class Line:
-    """One setting whose peak LR is tuned: ``template`` (unseeded, seed 0's command) at ``base_lr`` x 1."""
+    """One setting whose peak LR is tuned: ``template`` (unseeded, seed 0's command) at ``base_lr``
+    x 1."""
 
     key: str  # the batch size (as text) or the group
     template: Run
@@ -65,20 +67,27 @@ def _unseeded(run: Run) -> Run:
 
 
 def lines(exp: Experiment, plan: Plan) -> list[Line]:
-    """The plan's lines: every batch size (rows="batch") or every tuned group (rows="group"), then the
-    tuning's extra templates."""
+    """The plan's lines: every batch size (rows="batch") or every tuned group (rows="group"), then
+    the tuning's extra templates."""
     t = plan.tuning
     out = []
     if exp.rows == "batch":
-        picks = [r for r in plan.runs if r.seed == 0 and (r.role == "base" or (r.role == "sweep" and
-                                                                              r.scheme == "legw"))]
+        picks = [
+            r
+            for r in plan.runs
+            if r.seed == 0 and (r.role == "base" or (r.role == "sweep" and r.scheme == "legw"))
+        ]
         largest = max(r.batch for r in picks)
         for r in sorted(picks, key=lambda r: r.batch):
-            out.append(Line(str(r.batch), _unseeded(r), _base_lr(r, t.base_lr), largest=r.batch == largest))
+            out.append(
+                Line(str(r.batch), _unseeded(r), _base_lr(r, t.base_lr), largest=r.batch == largest)
+            )
     else:
         for g in t.groups or dict.fromkeys(r.column for r in plan.runs):
             r = next(r for r in plan.runs if r.column == g and r.scheme == "legw" and r.seed == 0)
-            out.append(Line(g, _unseeded(r), _base_lr(r, t.base_lr), group=g, largest=g in t.budget_groups))
+            out.append(
+                Line(g, _unseeded(r), _base_lr(r, t.base_lr), group=g, largest=g in t.budget_groups)
+            )
     for r in t.extra:
         out.append(Line(r.name, r, _base_lr(r, t.base_lr), group=r.group))
     return out
@@ -91,8 +100,14 @@ def grid_run(line: Line, factor: float, seed: int = 0) -> Run:
         lr = _lr_flag(line.base_lr * factor)
         kept = tuple(o for o in r.overrides if not o.startswith("--config.optim.base_lr="))
         prefix = "base" if r.role == "base" else "legw"
-        r = dataclasses.replace(r, name=f"{r.name}_lr{factor:g}", overrides=kept + (lr,), role="tune",
-                                group=line.group or f"{prefix}, peak lr x{factor:g}", lr_factor=factor)
+        r = dataclasses.replace(
+            r,
+            name=f"{r.name}_lr{factor:g}",
+            overrides=kept + (lr,),
+            role="tune",
+            group=line.group or f"{prefix}, peak lr x{factor:g}",
+            lr_factor=factor,
+        )
     return seeded(r, seed)
 
 
@@ -107,8 +122,14 @@ def budget_run(line: Line, factor: float, multiple: float, t: Tuning) -> Run:
     r = grid_run(line, factor)
     stretch = t.stretch(multiple) if t.stretch else ()
     name = r.name.removesuffix("_s0") + f"_ep{multiple:g}x"
-    r = dataclasses.replace(r, name=name, arg=set_arg(r.arg, "epochs", t.epochs * multiple),
-                            overrides=r.overrides + tuple(stretch), role="budget", lr_factor=factor)
+    r = dataclasses.replace(
+        r,
+        name=name,
+        arg=set_arg(r.arg, "epochs", t.epochs * multiple),
+        overrides=r.overrides + tuple(stretch),
+        role="budget",
+        lr_factor=factor,
+    )
     return seeded(r, 0)
 
 
@@ -136,12 +157,16 @@ def line_state(exp: Experiment, line: Line, t: Tuning, final: Final) -> LineStat
 
 
 def state(exp: Experiment, plan: Plan, final: Final) -> list[LineState]:
-    return [line_state(exp, line, plan.tuning, final) for line in lines(exp, plan)] if plan.tuning else []
+    return (
+        [line_state(exp, line, plan.tuning, final) for line in lines(exp, plan)]
+        if plan.tuning
+        else []
+    )
 
 
 def runs(exp: Experiment, plan: Plan, final: Final) -> list[Run]:
-    """Every tuning run that the finished ones call for so far (finished or not), in a fixed order: the grids,
-    then the best points' other seeds, then the budget runs; none already in the plan."""
+    """Every tuning run that the finished ones call for so far (finished or not), in a fixed order:
+    the grids, then the best points' other seeds, then the budget runs; none already in the plan."""
     t = plan.tuning
     states = state(exp, plan, final)
     grids, seeds, budgets = [], [], []

@@ -1,6 +1,6 @@
 """Gradient-accumulation overhead: one update of batch B as 1, 2, 4, 8 micro-batches, same process.
 
-    python scripts/bench_accum.py                       # PTB-small LM (2x200, vocab 10k, T=20), B=640
+    python scripts/bench_accum.py  # PTB-small LM (2x200, vocab 10k, T=20), B=640
     python scripts/bench_accum.py --batch=256 --config=configs/mnist_lstm.py
 
 Prints the time per update for each split (interleaved rounds, median) and its ratio to k = 1.
@@ -26,8 +26,11 @@ _ROUNDS = flags.DEFINE_integer("rounds", 3, "Timed rounds (median).")
 
 def main(argv):
     del argv
-    cfg = config_lib.load_config(f"{_CONFIG.value},batch={_BATCH.value}" if ":" in _CONFIG.value
-                                 else f"{_CONFIG.value}:batch={_BATCH.value}")  # fmt: skip
+    cfg = config_lib.load_config(
+        f"{_CONFIG.value},batch={_BATCH.value}"
+        if ":" in _CONFIG.value
+        else f"{_CONFIG.value}:batch={_BATCH.value}"
+    )
     data = data_lib.synthetic(cfg, _BATCH.value)
     runs = {}
     for k in map(int, _SPLITS.value):
@@ -50,7 +53,10 @@ def main(argv):
             run()
             times[k].append(time.perf_counter() - start)
     base = statistics.median(times[min(runs)])
-    print(f"{_CONFIG.value} | global batch {_BATCH.value} | {built.plan.devices} device(s) | {jax.devices()[0].platform}")
+    print(
+        f"{_CONFIG.value} | global batch {_BATCH.value} | {built.plan.devices} device(s) | "
+        f"{jax.devices()[0].platform}"
+    )
     print("| accum_steps | micro-batch | ms / update | vs accum_steps=1 |")
     print("|---|---|---|---|")
     for k in runs:

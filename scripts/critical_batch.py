@@ -1,15 +1,20 @@
-"""Estimate the gradient noise scale of a config, to pick the largest efficient batch before a sweep.
+"""Estimate the gradient noise scale of a config, to pick the largest efficient batch before a
+sweep.
 
     python scripts/critical_batch.py --config=configs/mnist_lstm.py:batch=256 --steps=200
-    python scripts/critical_batch.py --config=configs/ptb_lstm.py:runlocal=True,batch=320 --steps=300 --splits=4
-    python scripts/critical_batch.py --config=configs/gnmt.py:runlocal=True --workdir=/tmp/gnmt_local  # at a checkpoint
+    python scripts/critical_batch.py --config=configs/ptb_lstm.py:runlocal=True,batch=320 \\
+        --steps=300 --splits=4
+    # at a checkpoint
+    python scripts/critical_batch.py --config=configs/gnmt.py:runlocal=True \\
+        --workdir=/tmp/gnmt_local
 
-It trains the config for ``--steps`` updates (from scratch, or from the latest checkpoint in ``--workdir``
-without writing anything there), each update split into ``--splits`` micro-batches, and compares the
-micro-batch gradients with the full-batch gradient: ``B_simple = tr(Sigma) / |G|^2`` (McCandlish et al.
-2018), averaged as a ratio of running means over windows of ``--window`` steps. Batches well below
-``B_simple`` waste little data per step; well above it, a larger batch no longer cuts the number of
-steps proportionally. The noise scale grows as training proceeds, so measure at the stage you care about.
+It trains the config for ``--steps`` updates (from scratch, or from the latest checkpoint in
+``--workdir`` without writing anything there), each update split into ``--splits`` micro-batches,
+and compares the micro-batch gradients with the full-batch gradient: ``B_simple = tr(Sigma) /
+|G|^2`` (McCandlish et al. 2018), averaged as a ratio of running means over windows of ``--window``
+steps. Batches well below ``B_simple`` waste little data per step; well above it, a larger batch no
+longer cuts the number of steps proportionally. The noise scale grows as training proceeds, so
+measure at the stage you care about.
 """
 
 from __future__ import annotations
@@ -19,9 +24,13 @@ import sys
 
 from absl import app, flags
 
-_CONFIG = flags.DEFINE_string("config", None, "Config spec, e.g. configs/mnist_lstm.py:batch=256.", required=True)
+_CONFIG = flags.DEFINE_string(
+    "config", None, "Config spec, e.g. configs/mnist_lstm.py:batch=256.", required=True
+)
 _STEPS = flags.DEFINE_integer("steps", 200, "Training steps to measure over.")
-_SPLITS = flags.DEFINE_integer("splits", 2, "Micro-batches per step (the small batch is batch / splits).")
+_SPLITS = flags.DEFINE_integer(
+    "splits", 2, "Micro-batches per step (the small batch is batch / splits)."
+)
 _SKIP = flags.DEFINE_integer("skip", 10, "First steps left out of the averages (warm-up).")
 _WINDOW = flags.DEFINE_integer("window", 50, "Report the estimate over windows of this many steps.")
 _WORKDIR = flags.DEFINE_string("workdir", "", "Start from the latest checkpoint here (read only).")
@@ -29,7 +38,9 @@ _WORKDIR = flags.DEFINE_string("workdir", "", "Start from the latest checkpoint 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def measure(spec: str, steps: int, splits: int, skip: int = 0, window: int = 50, workdir: str = "") -> dict:
+def measure(
+    spec: str, steps: int, splits: int, skip: int = 0, window: int = 50, workdir: str = ""
+) -> dict:
     """Train ``spec`` for ``steps`` updates logging the noise-scale terms; returns the overall and
     per-window ``B_simple`` and the batch sizes involved."""
     import jax
@@ -65,17 +76,28 @@ def measure(spec: str, steps: int, splits: int, skip: int = 0, window: int = 50,
                 windows.append((start + i + 1, current.value))
                 current = optim.NoiseScaleAverager()
     unit = "examples" if dataset.items_per_row == 1 else f"tokens ({dataset.items_per_row} per row)"
-    return {"b_simple": overall.value, "windows": windows, "batch": int(config.batch_size),
-            "rows_per_token": dataset.items_per_row, "unit": unit, "start_step": start,
-            "steps_per_epoch": batches.steps_per_epoch}  # fmt: skip
+    return {
+        "b_simple": overall.value,
+        "windows": windows,
+        "batch": int(config.batch_size),
+        "rows_per_token": dataset.items_per_row,
+        "unit": unit,
+        "start_step": start,
+        "steps_per_epoch": batches.steps_per_epoch,
+    }
 
 
 def main(argv):
     del argv
-    r = measure(_CONFIG.value, _STEPS.value, _SPLITS.value, _SKIP.value, _WINDOW.value, _WORKDIR.value)
+    r = measure(
+        _CONFIG.value, _STEPS.value, _SPLITS.value, _SKIP.value, _WINDOW.value, _WORKDIR.value
+    )
     items = r["batch"] * r["rows_per_token"]
-    print(f"config: {_CONFIG.value} | batch {r['batch']} ({items} {r['unit']}) split into {_SPLITS.value} | "
-          f"steps {r['start_step']}..{r['start_step'] + _STEPS.value} ({r['steps_per_epoch']} per epoch)")  # fmt: skip
+    print(
+        f"config: {_CONFIG.value} | batch {r['batch']} ({items} {r['unit']}) split into "
+        f"{_SPLITS.value} | steps {r['start_step']}..{r['start_step'] + _STEPS.value} "
+        f"({r['steps_per_epoch']} per epoch)"
+    )
     for end, value in r["windows"]:
         print(f"  steps up to {end}: B_simple ~ {value:,.0f} {r['unit']}")
     b = r["b_simple"]
@@ -83,8 +105,10 @@ def main(argv):
     if b == b and b > 0:  # not nan
         rows = b / r["rows_per_token"]
         verdict = "below" if items < b else "above"
-        print(f"the configured batch is {verdict} it: batches up to ~{rows:,.0f} rows should still cut the number of "
-              "steps almost proportionally; beyond that expect diminishing returns")  # fmt: skip
+        print(
+            f"the configured batch is {verdict} it: batches up to ~{rows:,.0f} rows should still "
+            "cut the number of steps almost proportionally; beyond that expect diminishing returns"
+        )
 
 
 if __name__ == "__main__":
