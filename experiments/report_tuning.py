@@ -177,15 +177,11 @@ def verdicts(exp: Experiment, plan: Plan, s: dict) -> list[str]:
             continue
         lv, bv = report.aggregate(legw), report.aggregate(best)
         (lr_, ln), (br, bn) = _reached(legw), _reached(best)
-        gap = (
-            "-"
-            if lv["final"] is None or bv["final"] is None
-            else report.fmt(abs(bv["final"] - lv["final"]), 3)
-        )
         who = "LEGW" if legw[0]["role"] != "base" else "the recipe"
         text = (
             f"{st.line.key}: {who} {report.fmt(lv['final'])} (target {lr_}/{ln}), tuned "
-            f"{report.fmt(bv['final'])} at x{st.best:g} its peak LR (target {br}/{bn}); gap {gap}"
+            f"{report.fmt(bv['final'])} at x{st.best:g} its peak LR (target {br}/{bn}); "
+            f"{_gap(exp, lv['final'], bv['final'], who)}"
         )
         if st.line.largest and not lr_:
             longer = [
@@ -209,6 +205,16 @@ def verdicts(exp: Experiment, plan: Plan, s: dict) -> list[str]:
                 )
         out.append(text + ".")
     return out
+
+
+def _gap(exp: Experiment, legw: float | None, tuned: float | None, who: str) -> str:
+    """Which of the two ends better, and by how much (in the metric's units)."""
+    if legw is None or tuned is None:
+        return "no gap to read"
+    diff = tuned - legw if exp.direction == "max" else legw - tuned
+    if round(diff, 12) == 0:
+        return "equal"
+    return f"{'tuned' if diff > 0 else who} better by {report.fmt(abs(diff), 3)}"
 
 
 def sections(exp: Experiment, plan: Plan, s: dict) -> list[str]:

@@ -15,13 +15,33 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def experiment(**tuning_kw):
-    kw = dict(base_lr=0.1, epochs=4.0, factors=(0.5, 1.0, 2.0), widen=1, seeds=(0, 1), budgets=(2.0,))
+    kw = dict(
+        base_lr=0.1, epochs=4.0, factors=(0.5, 1.0, 2.0), widen=1, seeds=(0, 1), budgets=(2.0,)
+    )
     kw.update(tuning_kw)
-    runs = sweep(10, (1, 4), ("legw", "linear"), "epochs=4", ("--config.log_every_steps=5",), seeds=(0, 1),
-                 base_lr=0.1, sensitivity=(2.0,), noise_overrides=None)
+    runs = sweep(
+        10,
+        (1, 4),
+        ("legw", "linear"),
+        "epochs=4",
+        ("--config.log_every_steps=5",),
+        seeds=(0, 1),
+        base_lr=0.1,
+        sensitivity=(2.0,),
+        noise_overrides=None,
+    )
     local = Plan(runs, "fake", tuning=Tuning(**kw))
-    return Experiment("fake", "configs/mnist_lstm.py", "accuracy", "eval", "max", "a claim", 0.02, Plan((), "none"),
-                      local)
+    return Experiment(
+        "fake",
+        "configs/mnist_lstm.py",
+        "accuracy",
+        "eval",
+        "max",
+        "a claim",
+        0.02,
+        Plan((), "none"),
+        local,
+    )
 
 
 def finals_from(values):
@@ -42,17 +62,32 @@ def test_the_grid_reuses_the_sweeps_runs_and_waits_for_them():
     assert r.overrides == ("--config.log_every_steps=5", "--config.optim.base_lr=0.05")
     sens = next(x for x in exp.local.runs if x.name == "b40_legw_lr2_s0")
     grid = tuning.grid_run(tuning.lines(exp, exp.local)[1], 2.0)
-    assert (grid.name, grid.arg, grid.overrides) == (sens.name, sens.arg, sens.overrides)  # one command: runs once
+    assert (grid.name, grid.arg, grid.overrides) == (
+        sens.name,
+        sens.arg,
+        sens.overrides,
+    )  # one command: runs once
 
 
 def test_seeds_and_budgets_follow_a_settled_grid():
     exp = experiment(stretch=lambda m: (f"--config.optim.schedule.poly.power={m:g}",))
-    values = {"b10_base_s0": 0.90, "b10_base_lr0.5_s0": 0.85, "b10_base_lr2_s0": 0.80,
-              "b40_legw_s0": 0.70, "b40_legw_lr0.5_s0": 0.75, "b40_legw_lr2_s0": 0.92}
+    values = {
+        "b10_base_s0": 0.90,
+        "b10_base_lr0.5_s0": 0.85,
+        "b10_base_lr2_s0": 0.80,
+        "b40_legw_s0": 0.70,
+        "b40_legw_lr0.5_s0": 0.75,
+        "b40_legw_lr2_s0": 0.92,
+    }
     # the best at 40 (x2) is on the grid's upper edge: two more points beyond it, nothing else yet at 40
     runs = tuning.runs(exp, exp.local, finals_from(values))
-    assert names(runs) == ["b10_base_lr0.5_s0", "b10_base_lr2_s0", "b40_legw_lr0.5_s0", "b40_legw_lr4_s0",
-                           "b40_legw_lr8_s0"]  # b10's best (x1) already has both seeds: b10_base_s1
+    assert names(runs) == [
+        "b10_base_lr0.5_s0",
+        "b10_base_lr2_s0",
+        "b40_legw_lr0.5_s0",
+        "b40_legw_lr4_s0",
+        "b40_legw_lr8_s0",
+    ]  # b10's best (x1) already has both seeds: b10_base_s1
     values.update({"b40_legw_lr4_s0": 0.95, "b40_legw_lr8_s0": "stopped"})
     st = tuning.state(exp, exp.local, finals_from(values))[1]
     assert st.settled and st.best == 4.0 and st.widened == 1 and not st.at_edge
@@ -61,17 +96,32 @@ def test_seeds_and_budgets_follow_a_settled_grid():
     assert seed1.name == "b40_legw_lr4_s1" and seed1.overrides[-1] == "--config.seed=1"
     assert budget.name == "b40_legw_lr4_ep2x_s0" and budget.role == "budget"
     assert budget.arg == "batch=40,scheme=legw,epochs=8"  # epochs=4 replaced, not appended
-    assert budget.overrides == ("--config.log_every_steps=5", "--config.optim.base_lr=0.4",
-                                "--config.optim.schedule.poly.power=2")
+    assert budget.overrides == (
+        "--config.log_every_steps=5",
+        "--config.optim.base_lr=0.4",
+        "--config.optim.schedule.poly.power=2",
+    )
 
 
 def test_widening_stops_at_its_limit_and_says_the_edge_holds():
     exp = experiment(widen=1)
-    values = {"b10_base_s0": 0.9, "b10_base_lr0.5_s0": 0.8, "b10_base_lr2_s0": 0.7,
-              "b40_legw_s0": 0.7, "b40_legw_lr0.5_s0": 0.8, "b40_legw_lr2_s0": 0.6,
-              "b40_legw_lr0.25_s0": 0.85, "b40_legw_lr0.125_s0": 0.9}
+    values = {
+        "b10_base_s0": 0.9,
+        "b10_base_lr0.5_s0": 0.8,
+        "b10_base_lr2_s0": 0.7,
+        "b40_legw_s0": 0.7,
+        "b40_legw_lr0.5_s0": 0.8,
+        "b40_legw_lr2_s0": 0.6,
+        "b40_legw_lr0.25_s0": 0.85,
+        "b40_legw_lr0.125_s0": 0.9,
+    }
     st = tuning.state(exp, exp.local, finals_from(values))[1]
-    assert st.factors == (0.125, 0.25, 0.5, 1.0, 2.0) and st.best == 0.125 and st.settled and st.at_edge
+    assert (
+        st.factors == (0.125, 0.25, 0.5, 1.0, 2.0)
+        and st.best == 0.125
+        and st.settled
+        and st.at_edge
+    )
 
 
 def test_a_grid_where_every_point_diverged_settles_without_widening():
@@ -87,14 +137,29 @@ SPE = 10
 def fake_run(root, name, accuracies, batch, peak_lr, failure=None):
     d = root / "runs" / name
     d.mkdir(parents=True)
-    rows = [{"step": SPE * (i + 1), "kind": "eval", "accuracy": a, "epoch": i + 1.0} for i, a in enumerate(accuracies)]
+    rows = [
+        {"step": SPE * (i + 1), "kind": "eval", "accuracy": a, "epoch": i + 1.0}
+        for i, a in enumerate(accuracies)
+    ]
     (d / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     if failure:
         (d / "failure.json").write_text(json.dumps({"exit": 1, "error": failure}))
         return
-    plan = {"total_steps": SPE * len(accuracies), "peak_lr": peak_lr, "warmup_steps": 2, "optimizer": "sgd"}
-    run_plan = {"num_train": 100 * batch // 10, "global_batch": batch, "steps_per_epoch": SPE, "unit": "ex"}
-    (d / "results.json").write_text(json.dumps({"plan": plan, "run_plan": run_plan, "train_time_s": 1.0}))
+    plan = {
+        "total_steps": SPE * len(accuracies),
+        "peak_lr": peak_lr,
+        "warmup_steps": 2,
+        "optimizer": "sgd",
+    }
+    run_plan = {
+        "num_train": 100 * batch // 10,
+        "global_batch": batch,
+        "steps_per_epoch": SPE,
+        "unit": "ex",
+    }
+    (d / "results.json").write_text(
+        json.dumps({"plan": plan, "run_plan": run_plan, "train_time_s": 1.0})
+    )
 
 
 def test_the_page_holds_the_tuned_cell_the_rule_and_the_verdict(tmp_path):
@@ -103,7 +168,14 @@ def test_the_page_holds_the_tuned_cell_the_rule_and_the_verdict(tmp_path):
     fake_run(tmp_path, "b10_base_s0", [0.6, 0.85, 0.9, 0.9], 10, 0.1)
     fake_run(tmp_path, "b10_base_s1", [0.6, 0.8, 0.88, 0.9], 10, 0.1)
     fake_run(tmp_path, "b10_base_lr0.5_s0", [0.5, 0.8, 0.85, 0.86], 10, 0.05)
-    fake_run(tmp_path, "b10_base_lr2_s0", [0.5], 10, 0.2, failure="lbtrain: error: non-finite loss at step 3")
+    fake_run(
+        tmp_path,
+        "b10_base_lr2_s0",
+        [0.5],
+        10,
+        0.2,
+        failure="lbtrain: error: non-finite loss at step 3",
+    )
     fake_run(tmp_path, "b40_legw_s0", [0.5, 0.6, 0.7, 0.8], 40, 0.2)
     fake_run(tmp_path, "b40_legw_s1", [0.5, 0.6, 0.7, 0.78], 40, 0.2)
     fake_run(tmp_path, "b40_legw_lr0.5_s0", [0.5, 0.6, 0.7, 0.7], 40, 0.1)
@@ -113,7 +185,9 @@ def test_the_page_holds_the_tuned_cell_the_rule_and_the_verdict(tmp_path):
     fake_run(tmp_path, "b40_legw_lr4_s0", [0.5, 0.6, 0.8, 0.87], 40, 0.8)
     fake_run(tmp_path, "b40_legw_lr8_s0", [0.5, 0.6, 0.7, 0.75], 40, 1.6)
     fake_run(tmp_path, "b40_legw_lr4_s1", [0.5, 0.6, 0.8, 0.85], 40, 0.8)
-    fake_run(tmp_path, "b40_legw_lr4_ep2x_s0", [0.5, 0.6, 0.8, 0.85, 0.86, 0.87, 0.89, 0.9], 40, 0.8)
+    fake_run(
+        tmp_path, "b40_legw_lr4_ep2x_s0", [0.5, 0.6, 0.8, 0.85, 0.86, 0.87, 0.89, 0.9], 40, 0.8
+    )
     s = report.summarize(exp, exp.local, str(tmp_path), local=True)
     assert math.isclose(s["target"], 0.9 - 0.02)
     cells = report_tuning.tuned_cells(exp, exp.local, s)
@@ -124,12 +198,16 @@ def test_the_page_holds_the_tuned_cell_the_rule_and_the_verdict(tmp_path):
     # the tuned LR went 0.1 -> 0.8 over x4 the batch: exponent log(8) / log(4) = 1.5, resolution log 2 / log 4
     pts = [(10, 0.1), (40, 0.8)]
     assert math.isclose(report_tuning.optimum_exponent(pts), 1.5)
-    assert report_tuning.rule_sentence(pts) == ("tuned peak LR 0.1 at 10, 0.8 at 40: it grows as batch^1.50 (least "
-                                                "squares; +- 0.50, one grid step over x4): within the resolution of "
-                                                "Linear Scaling (1).")
+    assert report_tuning.rule_sentence(pts) == (
+        "tuned peak LR 0.1 at 10, 0.8 at 40: it grows as batch^1.50 (least "
+        "squares; +- 0.50, one grid step over x4): within the resolution of "
+        "Linear Scaling (1)."
+    )
     verdicts = report_tuning.verdicts(exp, exp.local, s)
-    assert verdicts[1] == ("40: LEGW 0.79 (target 0/2), tuned 0.86 at x4 its peak LR (target 0/2); gap 0.07: "
-                           "the failure is the budget's (the tuned LR reaches it with x2 the epochs).")
+    assert verdicts[1] == (
+        "40: LEGW 0.79 (target 0/2), tuned 0.86 at x4 its peak LR (target 0/2); tuned better by 0.07: "
+        "the failure is the budget's (the tuned LR reaches it with x2 the epochs)."
+    )
     out = str(tmp_path / "fake_local")
     report.render(exp, True, str(tmp_path), out, "cmd")
     md = open(out + ".md").read()
@@ -148,8 +226,21 @@ def test_the_page_holds_the_tuned_cell_the_rule_and_the_verdict(tmp_path):
 
 def test_render_out_is_where_the_pages_go_and_the_runs_come_from_the_results(tmp_path):
     out = tmp_path / "pages" / "new"  # does not exist yet
-    proc = subprocess.run([sys.executable, "scripts/reproduce.py", "--experiment=resnet50", "--local", "--render",
-                           f"--out={out}"], cwd=ROOT, capture_output=True, text=True)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "scripts/reproduce.py",
+            "--experiment=resnet50",
+            "--local",
+            "--render",
+            f"--out={out}",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode == 0, proc.stderr
     committed = os.path.join(ROOT, "experiments", "results", "resnet50_local.md")
-    assert (out / "resnet50_local.md").read_text() == open(committed).read()  # the same page, elsewhere
+    assert (out / "resnet50_local.md").read_text() == open(
+        committed
+    ).read()  # the same page, elsewhere
