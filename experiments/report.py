@@ -58,12 +58,14 @@ def evals(d: dict, split: str, metric: str) -> list[dict]:
     ]
 
 
-def finals(exp: Experiment, results_dir: str):
+def finals(exp: Experiment, results_dir: str, read=None):
     """``name -> final value`` of the runs published under ``results_dir/runs``: the last
     evaluation's metric, ``tuning.STOPPED`` for a run that stopped with an lbtrain error, None for
     one not finished (what experiments/tuning.py decides its stages from). Finished runs are read
-    once."""
+    once; ``read(name)`` (default: :func:`read_run` of its folder) lets a caller share what it
+    read."""
     cache: dict[str, float | str] = {}
+    read = read or (lambda name: read_run(os.path.join(results_dir, "runs", name)))
 
     def final(name: str):
         if name in cache:
@@ -72,7 +74,7 @@ def finals(exp: Experiment, results_dir: str):
         if os.path.isfile(os.path.join(run_dir, "failure.json")):
             cache[name] = tuning.STOPPED
         else:
-            d = read_run(run_dir)
+            d = read(name)
             ev = evals(d, exp.split, exp.metric) if d and d["finished"] else []
             if not ev:
                 return None
@@ -82,9 +84,10 @@ def finals(exp: Experiment, results_dir: str):
     return final
 
 
-def all_runs(exp: Experiment, plan: Plan, results_dir: str) -> list:
-    """The plan's runs and the tuning runs its published results call for so far."""
-    return list(plan.runs) + tuning.runs(exp, plan, finals(exp, results_dir))
+def all_runs(exp: Experiment, plan: Plan, results_dir: str, read=None) -> list:
+    """The plan's runs and the tuning runs its published results call for so far (``read``: as in
+    :func:`finals`)."""
+    return list(plan.runs) + tuning.runs(exp, plan, finals(exp, results_dir, read))
 
 
 # ---------------------------------------------------------------------------------------- summaries
@@ -200,8 +203,15 @@ def noise_scale(d: dict | None) -> list[dict]:
 
 
 def summarize(exp: Experiment, plan: Plan, results_dir: str, local: bool) -> dict:
-    runs = all_runs(exp, plan, results_dir)
-    data = {r.name: read_run(os.path.join(results_dir, "runs", r.name)) for r in runs}
+    loaded: dict[str, dict | None] = {}  # each run's files, read once for the tuning and the rows
+
+    def read(name: str) -> dict | None:
+        if name not in loaded:
+            loaded[name] = read_run(os.path.join(results_dir, "runs", name))
+        return loaded[name]
+
+    runs = all_runs(exp, plan, results_dir, read)
+    data = {r.name: read(r.name) for r in runs}
     bases = [r for r in runs if r.role == "base"]
     base_best = [summarize_run(exp, r, data[r.name], None).get("best") for r in bases]
     target = exp.target([b for b in base_best if b is not None], local)
