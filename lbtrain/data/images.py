@@ -112,26 +112,28 @@ def imagenet_eval(record: dict, rng: np.random.Generator, size: int) -> dict:
 DIGITS_MEAN, DIGITS_STD = 4.88, 6.02  # over all 1,797 images (0..16 ink levels)
 
 
+def standardize_digits(images: np.ndarray, pad: int = 0) -> np.ndarray:
+    """8x8 digit ``images`` (N, 8, 8) zero-padded by ``pad`` pixels on each side, then standardised,
+    as float32 (N, 8 + 2 pad, 8 + 2 pad): done once for a whole source, so that an example only
+    slices it."""
+    images = np.asarray(images, np.float32)
+    padded = np.pad(images, ((0, 0), (pad, pad), (pad, pad)))
+    return ((padded - np.float32(DIGITS_MEAN)) / np.float32(DIGITS_STD)).astype(np.float32)
+
+
 def digits_train(record: dict, rng: np.random.Generator) -> dict:
-    """Training preprocessing of one 8x8 digits ``record``: a random shift of up to one pixel (zero
-    padding), standardised, as (8, 8, 1) float32."""
-    image = np.pad(record["image"], 1)
+    """Training preprocessing of one digits ``record`` whose image went through
+    ``standardize_digits(..., pad=1)`` (10x10): a random shift of up to one pixel, the 8x8 window,
+    as (8, 8, 1) float32."""
     dy, dx = rng.integers(0, 3, 2)
-    image = image[dy : dy + 8, dx : dx + 8]
-    return {
-        "image": ((image - DIGITS_MEAN) / DIGITS_STD)[..., None].astype(np.float32),
-        "label": record["label"],
-    }
+    return {"image": record["image"][dy : dy + 8, dx : dx + 8, None], "label": record["label"]}
 
 
 def digits_eval(record: dict, rng: np.random.Generator) -> dict:
-    """Eval preprocessing of one 8x8 digits ``record``: standardised, unshifted, as (8, 8, 1)
-    float32 (``rng`` is unused)."""
+    """Eval preprocessing of one digits ``record`` whose image went through
+    ``standardize_digits`` (8x8, unpadded): unshifted, as (8, 8, 1) float32 (``rng`` is unused)."""
     del rng
-    return {
-        "image": ((record["image"] - DIGITS_MEAN) / DIGITS_STD)[..., None].astype(np.float32),
-        "label": record["label"],
-    }
+    return {"image": record["image"][..., None], "label": record["label"]}
 
 
 # --- sources -------------------------------------------------------------------------------------
@@ -288,8 +290,13 @@ class ImageData(Dataset):
 
 
 def digits_data(test_size: int = 300, split_seed: int = 0):
-    """(train, eval, train preprocessing, eval preprocessing) of sklearn's digits."""
+    """(train, eval, train preprocessing, eval preprocessing) of sklearn's digits; the images are
+    standardised once here (the training ones padded for the shift), not once an example."""
     train, test = digits(test_size, split_seed)
+    train = ArraySource(
+        image=standardize_digits(train.arrays["image"], pad=1), label=train.arrays["label"]
+    )
+    test = ArraySource(image=standardize_digits(test.arrays["image"]), label=test.arrays["label"])
     return RecordSource(train), RecordSource(test), digits_train, digits_eval
 
 

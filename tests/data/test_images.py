@@ -83,10 +83,33 @@ def test_digits_split_and_ranges():
     train, test = images.digits(300, 0)
     assert len(train) == 1497 and len(test) == 300
     assert np.bincount(test.arrays["label"]).tolist() == [30] * 10
-    x = images.digits_eval({"image": train.arrays["image"][0], "label": 1}, None)["image"]
-    assert x.shape == (8, 8, 1)
-    all_x = (train.arrays["image"] - images.DIGITS_MEAN) / images.DIGITS_STD
+    all_x = images.standardize_digits(train.arrays["image"])
+    assert all_x.shape == (1497, 8, 8) and all_x.dtype == np.float32
     assert abs(float(all_x.mean())) < 0.05 and abs(float(all_x.std()) - 1) < 0.05
+
+
+def test_digits_examples_are_the_shifted_standardised_images():
+    """The sources are standardised (and padded) once; an example is a window of them. Reference:
+    the raw 8x8 image zero-padded, shifted by the same two draws and standardised in float64."""
+    raw_train, raw_test = images.digits(300, 0)
+    train, test, train_prep, eval_prep = images.digits_data(300, 0)
+    for i in (0, 5, 1496):
+        for seed in range(4):
+            dy, dx = np.random.default_rng(seed).integers(0, 3, 2)
+            want = np.pad(raw_train.arrays["image"][i].astype(np.float64), 1)[dy : dy + 8, dx : dx + 8]
+            want = (want - images.DIGITS_MEAN) / images.DIGITS_STD
+            got = train_prep(train.record(i), np.random.default_rng(seed))
+            assert got["image"].shape == (8, 8, 1) and got["image"].dtype == np.float32
+            np.testing.assert_allclose(got["image"][..., 0], want, rtol=1e-6, atol=1e-6)
+            assert got["label"] == raw_train.arrays["label"][i]
+    # the nine shifts all occur, and the padding is the standardised zero
+    shifts = {tuple(np.random.default_rng(s).integers(0, 3, 2)) for s in range(200)}
+    assert len(shifts) == 9
+    border = train.record(3)["image"][0]
+    np.testing.assert_allclose(border, -images.DIGITS_MEAN / images.DIGITS_STD, rtol=1e-6)
+    ev = eval_prep(test.record(7), None)["image"][..., 0]
+    want = (raw_test.arrays["image"][7].astype(np.float64) - images.DIGITS_MEAN) / images.DIGITS_STD
+    np.testing.assert_allclose(ev, want, rtol=1e-6, atol=1e-6)
 
 
 def test_missing_imagenet_says_where_to_put_the_archives(tmp_path):
