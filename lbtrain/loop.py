@@ -10,19 +10,18 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import signal
-import threading
 import time
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 
-from lbtrain import config_lib, hosts, optim, parallel, provenance, rundir
-from lbtrain import step as step_lib
+from lbtrain import config_lib, hosts, parallel, provenance, rundir
 from lbtrain.checkpoint import Checkpointer
-from lbtrain.errors import DivergedError, ResumeError
+from lbtrain.errors import ResumeError
+from lbtrain.health import check_finite, nan_record
 from lbtrain.metrics import MetricWriter
+from lbtrain.preemption import PreemptionWatch
 from lbtrain.progress import Progress, format_duration
 
 
@@ -41,42 +40,6 @@ def _check_resumable(config, workdir: str) -> None:
         )
 
 
-def nan_record(state) -> step_lib.Health:
-    """The state's record of bad updates (first bad step, its kind and leaf; the stall step, the
-    streak and the count of skipped updates): what :func:`check_finite` judges."""
-    return state.health
-
-
-def check_finite(record, params, nan_policy: str, checkpoints) -> None:
-    """Stop on the first non-finite update (nan_policy=stop), naming the step, what was not finite
-    (loss, gradient, update or new parameter) and the first such parameter; with nan_policy=skip,
-    stop once ``max_consecutive_skips`` updates in a row were skipped. ``record`` is
-    :func:`nan_record` of a state (or a copy of it), ``params`` a tree with the parameters'
-    structure. Nothing bad has been checkpointed."""
-    health = jax.device_get(record)
-    bad_step, kind, leaf = (int(x) for x in health.first_bad)
-    stalled_at, streak, skipped = int(health.stalled_at), int(health.streak), int(health.skipped)
-    latest = checkpoints.latest_step()
-    last_good = (
-        f"the last good checkpoint is {'step ' + str(latest) if latest is not None else 'none'}"
-    )
-    if nan_policy == "skip" and stalled_at >= 0:
-        raise DivergedError(
-            f"nan_policy=skip skipped every update from step {stalled_at - streak + 1} to "
-            f"{stalled_at} ({skipped} skipped in all); {last_good}: {step_lib.BAD_UPDATE_ADVICE}, "
-            "or raise max_consecutive_skips"
-        )
-    if bad_step < 0 or nan_policy == "skip":
-        return
-    path = optim.path_str(jax.tree_util.tree_flatten_with_path(params)[0][leaf][0])
-    what = step_lib.BAD_KINDS[kind]
-    where = f"first non-finite {'gradient ' if what == 'loss' else ''}leaf: {path}"
-    raise DivergedError(
-        f"non-finite {what} ({where}) at step {bad_step}; {last_good}: "
-        f"{step_lib.BAD_UPDATE_ADVICE}, or --config.nan_policy=skip"
-    )
-
-
 @dataclasses.dataclass
 class _Logged:
     """A logged step whose numbers are still on the device. The loop reads them after it has
@@ -93,51 +56,6 @@ _copy = jax.jit(lambda tree: jax.tree.map(jnp.copy, tree))
 
 def _as_is(batch):
     return batch
-
-
-class PreemptionWatch:
-    """A stop request (SIGTERM: a preemption, ``scripts/tpu_launch.sh --stop``) that every process
-    obeys at the same step, after which the loop checkpoints and exits 0.
-
-    * One process: a SIGTERM handler (main thread only; the old one restored on exit) sets a flag
-      that the loop reads after every step.
-    * Several processes with JAX's preemption service (``jax.distributed.initialize`` starts it):
-      JAX's own notifier catches the SIGTERM on whichever host gets it and the coordination service
-      picks one step that every host reaches
-      (:func:`~jax.experimental.multihost_utils.reached_preemption_sync_point`, called after every
-      step, a few microseconds). No Python handler is installed: it would replace JAX's notifier and
-      leave the signal to its own host alone.
-    * Several processes without the service: the flag of every host is gathered at the loop's
-      agreement steps (logged, evaluated and checkpointed steps) and all stop if any host has it.
-    """
-
-    def __init__(self):
-        self.flag, self.previous, self.service = False, None, False
-
-    def __enter__(self):
-        if jax.process_count() > 1 and getattr(jax.config, "jax_enable_preemption_service", False):
-            self.service = True
-        elif threading.current_thread() is threading.main_thread():
-            self.previous = signal.signal(signal.SIGTERM, self._handle)
-        return self
-
-    def __exit__(self, *exc):
-        if self.previous is not None:
-            signal.signal(signal.SIGTERM, self.previous)
-
-    def _handle(self, signum, frame):
-        self.flag = True
-
-    def requested(self, step: int, agreement_step: bool = True) -> bool:
-        """Whether every process stops after ``step`` (the same answer on all). Call after every
-        step, on every process; ``agreement_step``: the processes may gather their flags here."""
-        if self.service:
-            from jax.experimental import multihost_utils
-
-            return multihost_utils.reached_preemption_sync_point(step)
-        if jax.process_count() > 1:
-            return agreement_step and hosts.any_process(self.flag)
-        return self.flag
 
 
 class _Session:

@@ -7,8 +7,9 @@ per-step Python graph traversal. :func:`train_step` composes three parts, each a
 
 * :func:`gradients`: the loss and the gradient of its mean over the global batch, accumulated over
   micro-batches when ``accum_steps > 1``;
-* :func:`guard`: whether the update is finite (from the sums of squares the log needs anyway), and
-  with ``nan_policy="skip"`` the old values kept where it is not; :class:`Health` records it;
+* :func:`guard`: whether the update is finite (:func:`lbtrain.health.judge`, from the sums of
+  squares the log needs anyway), and with ``nan_policy="skip"`` the old values kept where it is not;
+  :class:`~lbtrain.health.Health` records it;
 * :func:`step_metrics`: what the loop logs.
 
 ``jit_train_step`` gives the step with the shardings the loop uses.
@@ -27,13 +28,8 @@ import optax
 from flax import nnx
 
 from lbtrain import optim, parallel
+from lbtrain.health import BAD_KINDS, BAD_UPDATE_ADVICE, Health, Verdict, judge  # noqa: F401
 from lbtrain.tasks.base import CountsTokens
-
-# What was not finite in a bad update, in the order it is checked (Health.first_bad[1] indexes
-# this).
-BAD_KINDS = ("loss", "gradient", "update", "parameter")
-# What to do after a bad update: every message about one ends with it.
-BAD_UPDATE_ADVICE = "lower optim.base_lr, set optim.clip_norm"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -60,43 +56,6 @@ class StepSettings:
 
 
 @flax.struct.dataclass
-class Health:
-    """The record of non-finite updates, carried in the state and judged by the loop
-    (:func:`lbtrain.loop.check_finite`)."""
-
-    skipped: jax.Array  # updates skipped for non-finite numbers (nan_policy=skip)
-    # [step, what (BAD_KINDS), first non-finite leaf] of the first bad update, or -1s
-    first_bad: jax.Array
-    streak: jax.Array  # consecutive skipped updates up to now
-    stalled_at: jax.Array  # the step at which the streak reached max_consecutive_skips, or -1
-
-    @classmethod
-    def initial(cls) -> Health:
-        """Nothing skipped, no bad update seen."""
-        return cls(
-            skipped=jnp.zeros((), jnp.int32),
-            first_bad=jnp.full((3,), -1, jnp.int32),
-            streak=jnp.zeros((), jnp.int32),
-            stalled_at=jnp.full((), -1, jnp.int32),
-        )
-
-    def after(self, step: jax.Array, verdict: Verdict, max_consecutive_skips: int) -> Health:
-        """The record after update ``step`` judged ``verdict``."""
-        finite = verdict.finite
-        this_bad = jnp.stack([step, verdict.kind, verdict.leaf]).astype(jnp.int32)
-        first_bad = jnp.where((self.first_bad[0] < 0) & ~finite, this_bad, self.first_bad)
-        streak = jnp.where(finite, 0, self.streak + 1).astype(jnp.int32)
-        limit = max_consecutive_skips if max_consecutive_skips > 0 else jnp.iinfo(jnp.int32).max
-        stalled = (self.stalled_at < 0) & (streak >= limit)
-        return Health(
-            skipped=self.skipped + (~finite).astype(jnp.int32),
-            first_bad=first_bad,
-            streak=streak,
-            stalled_at=jnp.where(stalled, step, self.stalled_at),
-        )
-
-
-@flax.struct.dataclass
 class TrainState:
     step: jax.Array
     params: Any  # pure dict of arrays
@@ -118,12 +77,6 @@ class Gradients(NamedTuple):
     small_sq: jax.Array | None  # mean |micro-batch gradient|^2, with noise_scale
 
 
-class Verdict(NamedTuple):
-    finite: jax.Array  # everything finite
-    kind: jax.Array  # index into BAD_KINDS of the first thing that is not
-    leaf: jax.Array  # index of its first bad leaf
-
-
 def _tree_norm(tree) -> jax.Array:
     return optax.tree_utils.tree_norm(tree)
 
@@ -132,38 +85,6 @@ def _leaf_sq(tree) -> jax.Array:
     """The sum of squares of each leaf (float32), one pass over the tree: its norm and a finiteness
     test."""
     return jnp.stack([jnp.sum(jnp.square(x.astype(jnp.float32))) for x in jax.tree.leaves(tree)])
-
-
-def _leaves_finite(tree) -> jax.Array:
-    return jnp.stack([jnp.all(jnp.isfinite(x)) for x in jax.tree.leaves(tree)])
-
-
-def _judge(loss, grads, updates, params) -> Verdict:
-    """The exact judgement: the loss, the gradient, the update and the new parameters, element by
-    element (an update can overflow from a finite gradient, under a huge learning rate)."""
-    trees = [_leaves_finite(grads), _leaves_finite(updates), _leaves_finite(params)]
-    ok = jnp.stack([jnp.isfinite(loss)] + [jnp.all(t) for t in trees])
-    kind = jnp.argmin(ok)  # the first False (0 when all are finite; unused then)
-    leaf = jnp.stack([jnp.argmin(trees[0])] + [jnp.argmin(t) for t in trees])[kind]
-    return Verdict(jnp.all(ok), kind, leaf)
-
-
-def judge(loss, grad_sq, param_sq, grads, updates_fn, params) -> Verdict:
-    """:func:`_judge` from the sums of squares the metrics need anyway, without three more passes
-    over every parameter. A finite sum of squares proves each of its elements finite; a finite
-    gradient and finite new parameters (from finite old ones) prove the update finite. Only when
-    that proof fails (something is not finite, or a sum of squares overflowed) does the exact
-    element-wise judgement run, under ``lax.cond``; ``updates_fn()`` gives the update there."""
-    proven = jnp.isfinite(loss) & jnp.isfinite(jnp.sum(grad_sq)) & jnp.isfinite(jnp.sum(param_sq))
-    fine = Verdict(jnp.asarray(True), jnp.zeros((), jnp.int32), jnp.zeros((), jnp.int32))
-
-    def exact() -> Verdict:
-        v = _judge(loss, grads, updates_fn(), params)
-        return Verdict(
-            v.finite.astype(jnp.bool_), v.kind.astype(jnp.int32), v.leaf.astype(jnp.int32)
-        )
-
-    return jax.lax.cond(proven, lambda: fine, exact)
 
 
 def _loss_sum(graphdef, task, params, model_state, batch, carry):
