@@ -84,10 +84,10 @@ def finals(exp: Experiment, results_dir: str, read=None):
     return final
 
 
-def all_runs(exp: Experiment, plan: Plan, results_dir: str, read=None) -> list:
-    """The plan's runs and the tuning runs its published results call for so far (``read``: as in
-    :func:`finals`)."""
-    return list(plan.runs) + tuning.runs(exp, plan, finals(exp, results_dir, read))
+def all_runs(exp: Experiment, plan: Plan, final) -> list:
+    """The plan's runs and the tuning runs that the finals known so far call for (``final``: name ->
+    final value, as :func:`finals` gives)."""
+    return list(plan.runs) + tuning.runs(exp, plan, final)
 
 
 # ---------------------------------------------------------------------------------------- summaries
@@ -210,14 +210,16 @@ def summarize(exp: Experiment, plan: Plan, results_dir: str, local: bool) -> dic
             loaded[name] = read_run(os.path.join(results_dir, "runs", name))
         return loaded[name]
 
-    runs = all_runs(exp, plan, results_dir, read)
+    final = finals(exp, results_dir, read)
+    runs = all_runs(exp, plan, final)
     data = {r.name: read(r.name) for r in runs}
     bases = [r for r in runs if r.role == "base"]
     base_best = [summarize_run(exp, r, data[r.name], None).get("best") for r in bases]
     target = exp.target([b for b in base_best if b is not None], local)
     rows = [summarize_run(exp, r, data[r.name], target) for r in runs]
     noise = next((noise_scale(data[r.name]) for r in runs if r.role == "noise"), [])
-    return {"rows": rows, "data": data, "target": target, "noise": noise}
+    # "final": name -> final value, what the tuning's stages were decided from
+    return {"rows": rows, "data": data, "target": target, "noise": noise, "final": final}
 
 
 def cells(exp: Experiment, rows: list[dict]) -> dict:

@@ -14,24 +14,8 @@ from experiments import report, tuning
 from experiments.common import Experiment, Plan
 
 
-def row_finals(rows: list[dict]):
-    """``name -> final`` from summarised rows, as tuning.state expects (the same values
-    report.finals reads)."""
-    by = {r["run"]: r for r in rows}
-
-    def final(name: str):
-        r = by.get(name)
-        if r is None:
-            return None
-        if r.get("stopped"):
-            return tuning.STOPPED
-        return r.get("final") if r.get("status") == "finished" else None
-
-    return final
-
-
 def states(exp: Experiment, plan: Plan, s: dict) -> list[tuning.LineState]:
-    return tuning.state(exp, plan, row_finals(s["rows"]))
+    return tuning.state(exp, plan, s["final"])
 
 
 def _rows(s: dict, names) -> list[dict]:

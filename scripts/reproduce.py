@@ -182,7 +182,7 @@ def train_all(
     (experiments/tuning.py), at most ``jobs`` at a time; publish each run as it ends. The tuning's
     next stage is decided afresh whenever a run finishes, so a grid widened at one batch does not
     wait for the others."""
-    from experiments import report, tuning
+    from experiments import report
 
     final = report.finals(exp, results_dir)
     # published earlier, or crashed in this invocation (reported, not retried)
@@ -191,7 +191,7 @@ def train_all(
     with ThreadPoolExecutor(max(1, jobs)) as pool:
         while True:
             busy = {r.name for r in running.values()}
-            for r in list(plan.runs) + tuning.runs(exp, plan, final):
+            for r in report.all_runs(exp, plan, final):
                 if len(running) >= max(1, jobs):
                     break
                 if (only and r.name not in only) or r.name in skipped or r.name in busy:
@@ -236,9 +236,9 @@ def main(argv):
     plan = exp.plan(local)
     results_dir = os.path.join(results, tag(exp, local))
     runs_dir = _RUNS_DIR.value or os.path.join(ROOT, "runs", tag(exp, local))
-    from experiments import report, tuning
+    from experiments import report
 
-    known = list(plan.runs) + tuning.runs(exp, plan, report.finals(exp, results_dir))
+    known = report.all_runs(exp, plan, report.finals(exp, results_dir))
     if _ONLY.value and not set(_ONLY.value) <= {r.name for r in known}:
         unknown = sorted(set(_ONLY.value) - {r.name for r in known})
         raise SystemExit(

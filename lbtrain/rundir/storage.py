@@ -116,19 +116,28 @@ def describe_error(e: BaseException) -> str:
 
 
 @contextlib.contextmanager
-def storage_errors(where: str | os.PathLike, doing: str):
+def storage_errors(
+    where: str | os.PathLike,
+    doing: str = "",
+    *,
+    problem: str = "",
+    hints: tuple[str, str] = (
+        "check the bucket name and your credentials",
+        "free space or fix permissions",
+    ),
+):
     """Turn an I/O failure on ``where`` into one :class:`StorageError` line naming the path.
 
-    ``doing`` is the verb phrase of the line (``"write"`` -> ``cannot write <where> (...)``)."""
+    The line is ``<problem> (<why>): <hint>, or choose another --workdir``; ``problem`` defaults to
+    ``cannot <doing> <where>``, and the hint is ``hints[0]`` for a bucket, ``hints[1]`` for a local
+    path."""
     try:
         yield
     except _cloud_errors() as e:
-        if is_cloud(where):
-            hint = "check the bucket name and your credentials"
-        else:
-            hint = "free space or fix permissions"
+        hint = hints[0] if is_cloud(where) else hints[1]
         raise StorageError(
-            f"cannot {doing} {where} ({describe_error(e)}): {hint}, or choose another --workdir"
+            f"{problem or f'cannot {doing} {where}'} ({describe_error(e)}): {hint}, or choose "
+            "another --workdir"
         ) from e
 
 
@@ -203,7 +212,14 @@ def check_writable(workdir: str | os.PathLike) -> epath.Path:
     probe = root / f".write-probe-{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
     # > 1 KiB: a full disk fails the write, not only the create
     payload = b"lbtrain write probe\n" * 64
-    try:
+    with storage_errors(
+        root,
+        problem=f"workdir {root} is not writable",
+        hints=(
+            "create the bucket, check its name and your credentials",
+            "free space, fix permissions",
+        ),
+    ):
         root.mkdir(parents=True, exist_ok=True)
         if is_cloud(root):
             probe.write_bytes(payload)
@@ -212,13 +228,4 @@ def check_writable(workdir: str | os.PathLike) -> epath.Path:
         if probe.read_bytes() != payload:
             raise OSError(errno.EIO, "the probe file read back different bytes")
         probe.unlink()
-    except _cloud_errors() as e:
-        if is_cloud(root):
-            hint = "create the bucket, check its name and your credentials"
-        else:
-            hint = "free space, fix permissions"
-        raise StorageError(
-            f"workdir {root} is not writable ({describe_error(e)}): {hint}, or choose another "
-            "--workdir"
-        ) from e
     return root
