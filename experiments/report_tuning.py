@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 import statistics
 
-from experiments import report, tuning
+from experiments import report, report_page, tuning
 from experiments.common import Experiment, Plan
 
 
@@ -48,7 +48,7 @@ def tuned_cells(exp: Experiment, plan: Plan, s: dict) -> dict[str, str]:
         lr = next((r["peak_lr"] for r in rs if r.get("peak_lr") is not None), None)
         edge = ", at the grid's edge" if st.at_edge else ""
         out[st.line.key] = (
-            f"{report.cell_text(report.aggregate(rs), _base_steps(s))}; peak lr "
+            f"{report_page.cell_text(report.aggregate(rs), _base_steps(s))}; peak lr "
             f"{report.fmt(lr, 3)} (x{st.best:g}{edge})"
         )
     return out
@@ -243,9 +243,9 @@ def sections(exp: Experiment, plan: Plan, s: dict) -> list[str]:
         ]
     for group in dict.fromkeys(st.line.group for st in sts):
         pts = [
-            (st.line.template.batch, _tuned_lr(plan, st, s))
+            (st.line.template.batch, tuned_lr(plan, st, s))
             for st in sts
-            if st.settled and st.line.group == group and _tuned_lr(plan, st, s)
+            if st.settled and st.line.group == group and tuned_lr(plan, st, s)
         ]
         if len({b for b, _ in pts}) > 1:
             lines += [
@@ -302,89 +302,6 @@ def _near_best(exp: Experiment, st: tuning.LineState) -> str:
     return f"x{lo:g}" if lo == hi else f"x{lo:g}-x{hi:g}"
 
 
-def _tuned_lr(plan: Plan, st: tuning.LineState, s: dict) -> float | None:
+def tuned_lr(plan: Plan, st: tuning.LineState, s: dict) -> float | None:
+    """The peak LR of the best grid point of ``st`` (None before it ran)."""
     return next((r.get("peak_lr") for r in best_rows(plan, st, s)[:1]), None)
-
-
-def plot(exp: Experiment, plan: Plan, s: dict, path: str) -> bool:
-    """Log-log: every grid point as a square coloured by its final value (how flat the optimum is),
-    the tuned LR at each batch, and the Linear and Sqrt Scaling predictions through the smallest
-    batch's tuned LR."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    sts = [st for st in states(exp, plan, s) if any(v is not None for v in st.finals.values())]
-    if not sts:
-        return False
-    by = {r["run"]: r for r in s["rows"]}
-    groups = list(dict.fromkeys(st.line.group for st in sts))
-    fig, axes = plt.subplots(1, len(groups), figsize=(4.2 * len(groups) + 2.2, 4.4), squeeze=False)
-    values = [
-        v
-        for st in sts
-        for v in st.finals.values()
-        if isinstance(v, (int, float)) and math.isfinite(v)
-    ]
-    lo, hi = (min(values), max(values)) if values else (0.0, 1.0)
-    cmap = plt.get_cmap("viridis" if exp.direction == "max" else "viridis_r")
-    norm = (
-        matplotlib.colors.LogNorm(lo, hi)
-        if exp.direction == "min" and lo > 0 and hi > lo
-        else matplotlib.colors.Normalize(lo, hi)
-    )
-    for ax, group in zip(axes[0], groups):
-        mine = [st for st in sts if st.line.group == group]
-        for st in mine:
-            for f, v in st.finals.items():
-                r = by.get(tuning.grid_run(st.line, f).name) or {}
-                legw_lr = by.get(tuning.grid_run(st.line, 1.0).name, {}).get("peak_lr")
-                lr = r.get("peak_lr") or (legw_lr * f if legw_lr and r.get("stopped") else None)
-                if lr is None:
-                    continue
-                finite = isinstance(v, (int, float)) and math.isfinite(v)
-                ax.scatter(
-                    [st.line.template.batch],
-                    [lr],
-                    marker="s",
-                    s=120,
-                    edgecolors="none",
-                    color=cmap(norm(v)) if finite else "lightgrey",
-                )
-        pts = sorted(
-            (st.line.template.batch, _tuned_lr(plan, st, s))
-            for st in mine
-            if st.settled and _tuned_lr(plan, st, s)
-        )
-        if pts:
-            ax.plot([b for b, _ in pts], [lr for _, lr in pts], "o-", color="black", label="tuned")
-            b0, lr0 = pts[0]
-            bs = [b0, max(st.line.template.batch for st in mine)]
-            ax.plot(
-                bs, [lr0 * b / b0 for b in bs], "--", color="C3", label="linear from the smallest"
-            )
-            ax.plot(
-                bs,
-                [lr0 * math.sqrt(b / b0) for b in bs],
-                ":",
-                color="C0",
-                label="sqrt from the smallest",
-            )
-            ax.legend(fontsize=7)
-        ax.set_xscale("log", base=2)
-        ax.set_yscale("log", base=2)
-        ax.set_xlabel("global batch size")
-        ax.set_ylabel("peak learning rate")
-        ax.set_title(group or exp.name, fontsize=9)
-    fig.colorbar(
-        matplotlib.cm.ScalarMappable(norm=norm, cmap=cmap),
-        ax=list(axes[0]),
-        label=f"final {exp.split} {exp.metric} (seed 0; grey: diverged)",
-    )
-    fig.suptitle(
-        f"{exp.name}: the tuned peak LR against batch size (squares: the grid)", fontsize=10
-    )
-    fig.savefig(path, dpi=110, metadata={"Software": None})
-    plt.close(fig)
-    return True

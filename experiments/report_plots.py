@@ -1,0 +1,258 @@
+"""The PNG plots of an experiment's page: the final metric against batch size, the learning curves
+and learning-rate schedules (seed 0), and the tuned peak LR against batch size. No version string or
+date goes into a file, so the same runs give the same bytes."""
+
+from __future__ import annotations
+
+import math
+
+from experiments import tuning
+from experiments.common import Experiment, Plan
+from experiments.report import TUNING_ROLES, evals, fmt, mean_se
+
+LINESTYLES = {
+    "base": "-",
+    "legw": "-",
+    "linear": "--",
+    "sqrt": ":",
+    "none": "-.",
+    "linear_legw_warmup": (0, (5, 1, 1, 1)),
+    "sqrt_const_warmup": (0, (1, 1)),
+}
+SAVE = dict(dpi=110, metadata={"Software": None})
+
+
+def _style(scheme: str, i: int):
+    return LINESTYLES.get(scheme, [(0, (3, 1, 1, 1, 1, 1)), (0, (8, 2))][i % 2])
+
+
+def _pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return matplotlib, plt
+
+
+def _done(s: dict) -> list[dict]:
+    """The finished rows of the scheme cells (no noise or tuning runs)."""
+    return [r for r in s["rows"] if "final" in r and r["role"] not in ("noise", *TUNING_ROLES)]
+
+
+def write_plots(exp: Experiment, s: dict, prefix: str, unit_label: str) -> None:
+    """``prefix``_metric_vs_batch.png, ``prefix``_curves.png and ``prefix``_lr.png."""
+    metric_vs_batch(exp, s, f"{prefix}_metric_vs_batch.png", unit_label)
+    for kind in ("curves", "lr"):
+        curves(exp, s, kind, f"{prefix}_{kind}.png")
+
+
+def _scheme_lines(ax, done: list[dict]) -> None:
+    """One line per scheme over batch size (mean +- s.e. over seeds), the base at its batch."""
+    batches = sorted({r["batch"] for r in done})
+    base = [r for r in done if r["role"] == "base"]
+    for i, scheme in enumerate(dict.fromkeys(r["column"] for r in done if r["role"] == "sweep")):
+        pts = []
+        for b in batches:
+            rs = [
+                r
+                for r in done
+                if r["column"] == scheme and r["batch"] == b and r["role"] == "sweep"
+            ] or (base if base and b == base[0]["batch"] else [])
+            mean, se = mean_se([r["final"] for r in rs])
+            if mean is not None:
+                pts.append((b, mean, se or 0.0))
+        ax.errorbar(
+            [p[0] for p in pts],
+            [p[1] for p in pts],
+            yerr=[p[2] for p in pts],
+            marker="o",
+            capsize=3,
+            linestyle=_style(scheme, i),
+            label=scheme,
+            color=f"C{i}",
+        )
+
+
+def _group_bars(ax, done: list[dict]) -> None:
+    """One bar per (optimizer group, scheme), mean +- s.e. over seeds."""
+    groups = list(dict.fromkeys(r["column"] for r in done))
+    schemes = list(dict.fromkeys(r["scheme"] for r in done))
+    width = 0.8 / max(len(schemes), 1)
+    for i, sc in enumerate(schemes):
+        stats = [
+            mean_se([r["final"] for r in done if r["column"] == g and r["scheme"] == sc])
+            for g in groups
+        ]
+        ax.bar(
+            [j + i * width for j in range(len(groups))],
+            [x[0] or math.nan for x in stats],
+            width,
+            yerr=[x[1] or 0.0 for x in stats],
+            capsize=3,
+            label=sc,
+        )
+    ax.set_xticks([j + width * (len(schemes) - 1) / 2 for j in range(len(groups))], groups)
+
+
+def metric_vs_batch(exp: Experiment, s: dict, path: str, unit_label: str) -> None:
+    """The final metric per scheme against batch size (per optimizer group: bars), with the
+    target."""
+    _, plt = _pyplot()
+    done, target, ylabel = _done(s), s["target"], f"{exp.split} {exp.metric}"
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    if exp.rows == "batch":
+        _scheme_lines(ax, done)
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel(f"global batch size ({unit_label} per update)")
+    else:
+        _group_bars(ax, done)
+        ax.set_xlabel("optimizer")
+    if target is not None:
+        ax.axhline(target, color="grey", linewidth=1, linestyle="--", label=f"target {fmt(target)}")
+    ax.set_ylabel(ylabel)
+    ax.set_title(f"{exp.name}: final {ylabel} (mean +- s.e. over seeds)")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, **SAVE)
+    plt.close(fig)
+
+
+def curves(exp: Experiment, s: dict, kind: str, path: str) -> None:
+    """``kind`` "curves": the metric at each evaluation; "lr": the logged learning rate; both
+    against epochs, for the first seed (colour = batch size, line style = scheme)."""
+    _, plt = _pyplot()
+    m, data, target, done = exp.metric, s["data"], s["target"], _done(s)
+    batches = sorted({r["batch"] for r in done})
+    cmap = plt.get_cmap("viridis")
+    color = {b: cmap(i / max(len(batches) - 1, 1) * 0.9) for i, b in enumerate(batches)}
+    fig, ax = plt.subplots(figsize=(8, 4.8))
+    seed = min(x["seed"] for x in done)
+    shown = [r for r in done if r["seed"] == seed]
+    schemes = list(dict.fromkeys(r["scheme"] for r in shown))
+    for r in shown:
+        d = data[r["run"]]
+        if kind == "curves":
+            pts = [(e["epoch"], e[m]) for e in evals(d, exp.split, m) if "epoch" in e]
+        else:
+            pts = [
+                (x["epoch"], x["lr"]) for x in d["rows"] if x.get("kind") == "train" and "lr" in x
+            ]
+        if not pts:
+            continue
+        label = (
+            r["run"].rsplit("_s", 1)[0] if exp.rows == "batch" else f"{r['column']} {r['scheme']}"
+        )
+        ax.plot(
+            [p[0] for p in pts],
+            [p[1] for p in pts],
+            color=color[r["batch"]],
+            linestyle=_style(r["scheme"], schemes.index(r["scheme"])),
+            label=label,
+            marker="." if kind == "curves" else "",
+        )
+    if kind == "curves" and target is not None:
+        ax.axhline(target, color="grey", linewidth=1, linestyle="--", label=f"target {fmt(target)}")
+    ax.set_xlabel("epoch")
+    ax.set_ylabel(f"{exp.split} {m}" if kind == "curves" else "learning rate (as logged)")
+    if kind == "curves" and exp.direction == "min":
+        ax.set_yscale("log")
+    ax.set_title(
+        f"{exp.name}: {'learning curves' if kind == 'curves' else 'learning-rate schedules'} "
+        f"(seed {seed}; colour = batch size, line style = scheme)"
+    )
+    ax.legend(fontsize=6, ncol=2, loc="center left", bbox_to_anchor=(1.0, 0.5))
+    fig.tight_layout()
+    fig.savefig(path, **SAVE)
+    plt.close(fig)
+
+
+# ---------------------------------------------------------------------- the tuned LR vs batch size
+
+
+def _grid_squares(ax, sts: list, by: dict, cmap, norm) -> None:
+    """Every grid point of ``sts`` as a square at (batch, its peak LR), coloured by its final
+    value (grey: diverged)."""
+    for st in sts:
+        for f, v in st.finals.items():
+            r = by.get(tuning.grid_run(st.line, f).name) or {}
+            legw_lr = by.get(tuning.grid_run(st.line, 1.0).name, {}).get("peak_lr")
+            lr = r.get("peak_lr") or (legw_lr * f if legw_lr and r.get("stopped") else None)
+            if lr is None:
+                continue
+            finite = isinstance(v, (int, float)) and math.isfinite(v)
+            ax.scatter(
+                [st.line.template.batch],
+                [lr],
+                marker="s",
+                s=120,
+                edgecolors="none",
+                color=cmap(norm(v)) if finite else "lightgrey",
+            )
+
+
+def _rule_lines(ax, pts: list[tuple[int, float]], largest: int) -> None:
+    """The tuned LR at each batch, and the linear and sqrt rules through the smallest batch's."""
+    ax.plot([b for b, _ in pts], [lr for _, lr in pts], "o-", color="black", label="tuned")
+    b0, lr0 = pts[0]
+    bs = [b0, largest]
+    ax.plot(bs, [lr0 * b / b0 for b in bs], "--", color="C3", label="linear from the smallest")
+    ax.plot(
+        bs, [lr0 * math.sqrt(b / b0) for b in bs], ":", color="C0", label="sqrt from the smallest"
+    )
+    ax.legend(fontsize=7)
+
+
+def lr_vs_batch(exp: Experiment, plan: Plan, s: dict, path: str) -> bool:
+    """Log-log: every grid point as a square coloured by its final value (how flat the optimum is),
+    the tuned LR at each batch, and the Linear and Sqrt Scaling predictions through the smallest
+    batch's tuned LR. False (no file) when no grid point has finished."""
+    from experiments import report_tuning
+
+    matplotlib, plt = _pyplot()
+    sts = [
+        st
+        for st in report_tuning.states(exp, plan, s)
+        if any(v is not None for v in st.finals.values())
+    ]
+    if not sts:
+        return False
+    by = {r["run"]: r for r in s["rows"]}
+    groups = list(dict.fromkeys(st.line.group for st in sts))
+    fig, axes = plt.subplots(1, len(groups), figsize=(4.2 * len(groups) + 2.2, 4.4), squeeze=False)
+    values = [
+        v
+        for st in sts
+        for v in st.finals.values()
+        if isinstance(v, (int, float)) and math.isfinite(v)
+    ]
+    lo, hi = (min(values), max(values)) if values else (0.0, 1.0)
+    cmap = plt.get_cmap("viridis" if exp.direction == "max" else "viridis_r")
+    norm = (
+        matplotlib.colors.LogNorm(lo, hi)
+        if exp.direction == "min" and lo > 0 and hi > lo
+        else matplotlib.colors.Normalize(lo, hi)
+    )
+    for ax, group in zip(axes[0], groups):
+        mine = [st for st in sts if st.line.group == group]
+        _grid_squares(ax, mine, by, cmap, norm)
+        tuned = [(st.line.template.batch, report_tuning.tuned_lr(plan, st, s)) for st in mine]
+        pts = sorted((b, lr) for (b, lr), st in zip(tuned, mine) if st.settled and lr)
+        if pts:
+            _rule_lines(ax, pts, max(st.line.template.batch for st in mine))
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log", base=2)
+        ax.set_xlabel("global batch size")
+        ax.set_ylabel("peak learning rate")
+        ax.set_title(group or exp.name, fontsize=9)
+    fig.colorbar(
+        matplotlib.cm.ScalarMappable(norm=norm, cmap=cmap),
+        ax=list(axes[0]),
+        label=f"final {exp.split} {exp.metric} (seed 0; grey: diverged)",
+    )
+    fig.suptitle(
+        f"{exp.name}: the tuned peak LR against batch size (squares: the grid)", fontsize=10
+    )
+    fig.savefig(path, **SAVE)
+    plt.close(fig)
+    return True
