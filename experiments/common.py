@@ -114,6 +114,23 @@ def seeded(run: Run, seed: int) -> Run:
     return dataclasses.replace(run, name=f"{run.name}_s{seed}", seed=seed, overrides=overrides)
 
 
+def sensitivity_runs(batch: int, arg: str, overrides: tuple[str, ...], base_lr: float, factors):
+    """LEGW at ``batch`` (config ``arg``) with its base LR times each of ``factors``."""
+    return [
+        Run(
+            f"b{batch}_legw_lr{f:g}",
+            batch,
+            "legw",
+            arg,
+            overrides + (f"--config.optim.base_lr={base_lr * f:g}",),
+            f"legw, peak lr x{f:g}",
+            role="sensitivity",
+            lr_factor=f,
+        )
+        for f in factors
+    ]
+
+
 def sweep(
     base: int,
     multipliers,
@@ -164,23 +181,8 @@ def sweep(
         ]
     if base_lr is not None and sensitivity:
         b = base * max(multipliers)
-        for f in sensitivity:
-            lr = f"--config.optim.base_lr={base_lr * f:g}"
-            runs.append(
-                (
-                    Run(
-                        f"b{b}_legw_lr{f:g}",
-                        b,
-                        "legw",
-                        f"batch={b},scheme=legw{sep}{extra}",
-                        overrides + (lr,),
-                        f"legw, peak lr x{f:g}",
-                        role="sensitivity",
-                        lr_factor=f,
-                    ),
-                    side,
-                )
-            )
+        arg = f"batch={b},scheme=legw{sep}{extra}"
+        runs += [(r, side) for r in sensitivity_runs(b, arg, overrides, base_lr, sensitivity)]
     out = [seeded(r, s) for r, ss in runs for s in ss]
     if noise_overrides is not None:
         out.append(
