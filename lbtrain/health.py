@@ -36,7 +36,7 @@ class Verdict(NamedTuple):
 @flax.struct.dataclass
 class Health:
     """The record of non-finite updates, carried in the state and judged by the loop
-    (:func:`lbtrain.loop.check_finite`)."""
+    (:func:`check_finite`)."""
 
     skipped: jax.Array  # updates skipped for non-finite numbers (nan_policy=skip)
     # [step, what (BAD_KINDS), first non-finite leaf] of the first bad update, or -1s

@@ -28,7 +28,7 @@ import optax
 from flax import nnx
 
 from lbtrain import optim, parallel
-from lbtrain.health import BAD_KINDS, BAD_UPDATE_ADVICE, Health, Verdict, judge  # noqa: F401
+from lbtrain.health import Health, Verdict, judge
 from lbtrain.tasks.base import CountsTokens
 
 
