@@ -236,8 +236,9 @@ def lr_vs_batch(exp: Experiment, plan: Plan, s: dict, path: str) -> bool:
     for ax, group in zip(axes[0], groups):
         mine = [st for st in sts if st.line.group == group]
         _grid_squares(ax, mine, by, cmap, norm)
-        tuned = [(st.line.template.batch, report_tuning.tuned_lr(plan, st, s)) for st in mine]
-        pts = sorted((b, lr) for (b, lr), st in zip(tuned, mine) if st.settled and lr)
+        settled = [st for st in mine if st.settled]
+        tuned = [(st.line.template.batch, report_tuning.tuned_lr(plan, st, s)) for st in settled]
+        pts = sorted((b, lr) for b, lr in tuned if lr)
         if pts:
             _rule_lines(ax, pts, max(st.line.template.batch for st in mine))
         ax.set_xscale("log", base=2)

@@ -32,6 +32,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import re
 import shlex
 import shutil
 import subprocess
@@ -70,10 +71,6 @@ _RENDER = flags.DEFINE_bool(
 _EXTRA = flags.DEFINE_multi_string(
     "extra", [], "Extra --config.x=y flags for every run (e.g. num_devices)."
 )
-
-
-# the modules of experiments/ that declare no experiment
-NOT_EXPERIMENTS = ("__init__.py", "common.py", "report.py", "report_tuning.py", "tuning.py")
 
 
 def load_experiment(name: str):
@@ -214,11 +211,15 @@ def train_all(
 
 
 def experiment_names() -> list[str]:
-    return sorted(
-        f[:-3]
-        for f in os.listdir(os.path.join(ROOT, "experiments"))
-        if f.endswith(".py") and f not in NOT_EXPERIMENTS
-    )
+    """The modules of experiments/ that declare an experiment (a top-level ``EXPERIMENT = ...``);
+    the others (common, tuning, the report's) are the machinery."""
+    folder = os.path.join(ROOT, "experiments")
+
+    def declares(f: str) -> bool:
+        with open(os.path.join(folder, f)) as src:
+            return re.search(r"^EXPERIMENT\b", src.read(), re.M) is not None
+
+    return sorted(f[:-3] for f in os.listdir(folder) if f.endswith(".py") and declares(f))
 
 
 def main(argv):

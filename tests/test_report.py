@@ -6,7 +6,7 @@ import math
 import os
 import statistics
 
-from experiments import report
+from experiments import report, report_page
 from experiments.common import Experiment, Plan, sweep
 
 SPE = 10  # steps per epoch of every fake run
@@ -93,7 +93,7 @@ def test_side_seeds_run_the_claim_and_base_on_every_seed_and_say_so(tmp_path):
     exp = Experiment(exp.name, exp.config, exp.metric, exp.split, exp.direction, exp.claim, exp.tolerance, exp.full,
                      Plan(runs, "fake"))  # fmt: skip
     s = report.summarize(exp, exp.local, str(tmp_path), local=True)
-    line = next(x for x in report.caveats(exp, exp.local, s, True) if x.startswith("- Seeds"))
+    line = next(x for x in report_page.caveats(exp, exp.local, s, True) if x.startswith("- Seeds"))
     # what finished, grouped: the base on 3 seeds, legw on 2 so far, linear on 1
     assert line.startswith("- Seeds: 3 (0, 1, 2) for `base`; 2 (0, 1) for `legw`; 1 (0) for `linear`. ")
     assert report.cells(exp, s["rows"])[(40, "linear")]["final_se"] is None

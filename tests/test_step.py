@@ -8,6 +8,7 @@ import optax
 import pytest
 from flax import nnx
 
+from lbtrain import health
 from lbtrain import step as step_lib
 
 
@@ -56,7 +57,7 @@ def test_the_first_non_finite_quantity_is_named_and_skipped(w, x, lr, kind):
         assert float(new.params["w"]) == pytest.approx(1.0 - 0.5 * 3.0)
         assert first_bad == [-1, -1, -1] and int(new.health.skipped) == 0 and int(new.health.streak) == 0
         return
-    assert first_bad[:2] == [1, step_lib.BAD_KINDS.index(kind)]
+    assert first_bad[:2] == [1, health.BAD_KINDS.index(kind)]
     assert float(new.params["w"]) == float(np.float32(w))  # skipped: the parameters are those before the step
     assert float(metrics["param_norm"]) == abs(float(np.float32(w)))  # and the logged norm is theirs
     assert int(new.health.skipped) == 1 and int(new.health.streak) == 1 and int(new.health.stalled_at) == -1
@@ -65,7 +66,7 @@ def test_the_first_non_finite_quantity_is_named_and_skipped(w, x, lr, kind):
 
 def test_stop_policy_applies_nothing_skipped_but_records_the_bad_update():
     _, new, _ = one_step(1.0, [3.0, 3.0], 3e38, "stop")
-    assert int(new.health.first_bad[0]) == 1 and int(new.health.first_bad[1]) == step_lib.BAD_KINDS.index("update")
+    assert int(new.health.first_bad[0]) == 1 and int(new.health.first_bad[1]) == health.BAD_KINDS.index("update")
     assert int(new.health.skipped) == 1  # counted; the loop raises on first_bad before anything is saved
 
 
