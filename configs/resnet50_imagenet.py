@@ -1,7 +1,7 @@
 """ResNet-50 v1.5 on ImageNet with LARS + LEGW up to batch 32K ("beyond LSTM"), and the optimizer comparison.
 
-The paper's LARS/LEGW table (base batch 512, polynomial decay power 2 over 90 epochs, weight decay 1e-4,
-label smoothing 0.1, BN and biases excluded from LARS and weight decay):
+The paper's LARS/LEGW table (base batch 512, polynomial decay power 2 over 90 epochs, weight decay
+1e-4, label smoothing 0.1, BN and biases excluded from LARS and weight decay):
 
   batch   peak LR              warmup epochs
   512     2^2.0 = 4            10/2^6 = 0.156
@@ -15,20 +15,22 @@ label smoothing 0.1, BN and biases excluded from LARS and weight decay):
 LEGW computes every row from the first (scheme=legw); `batch=` picks the row:
   lbtrain --config=configs/resnet50_imagenet.py:batch=32768,scheme=legw --workdir=/tmp/rn50_32k
 Optimizer comparison at a large batch (each with LEGW from its own base learning rate at batch 512):
-  lbtrain --config=configs/resnet50_imagenet.py:batch=16384,optimizer=adam --workdir=/tmp/rn50_16k_adam
+  lbtrain --config=configs/resnet50_imagenet.py:batch=16384,optimizer=adam \
+    --workdir=/tmp/rn50_16k_adam
   (optimizer = lars | momentum | adam | adagrad | rmsprop)
 Local (offline; ResNet-18-style, width 16, on sklearn's 1,797 real 8x8 digits; ~1 min):
   lbtrain --config=configs/resnet50_imagenet.py:runlocal=True --workdir=/tmp/rn_digits
-  lbtrain --config=configs/resnet50_imagenet.py:runlocal=True,batch=512,scheme=legw --workdir=/tmp/rn_digits_512
+  lbtrain --config=configs/resnet50_imagenet.py:runlocal=True,batch=512,scheme=legw \
+    --workdir=/tmp/rn_digits_512
 On a Cloud TPU pod slice (ImageNet prepared as array_record in gs://$BUCKET/tfds):
   scripts/tpu_launch.sh --name=rn50 --zone=$ZONE --accelerator=v4-128 --create -- \
-    --config=configs/resnet50_imagenet.py:batch=32768,scheme=legw --config.data.dir=gs://$BUCKET/tfds \
-    --workdir=gs://$BUCKET/runs/rn50_32k
+    --config=configs/resnet50_imagenet.py:batch=32768,scheme=legw \
+    --config.data.dir=gs://$BUCKET/tfds --workdir=gs://$BUCKET/runs/rn50_32k
 
 Arg keys: batch (default: the base batch), scheme (legw | linear | sqrt | none, or the ablations
 linear_legw_warmup | sqrt_const_warmup), optimizer (lars | momentum
 | adam | adagrad | rmsprop), depth (18 | 34 | 50 | 101 | 152), epochs, runlocal.
-"""
+"""  # noqa: E501  the first line is the --help summary (lbtrain/cli_help.py): one line, as is
 
 import ml_collections
 
@@ -36,8 +38,9 @@ from lbtrain import config_lib, optim
 from lbtrain.registry import choose
 
 BASE_BATCH = 512
-# optimizer: (base lr at batch 512, weight decay, its hyper-parameter block). LARS: the paper's recipe;
-# momentum: Goyal et al. (0.1 per 256); the adaptive ones: their usual defaults, not tuned for this model.
+# optimizer: (base lr at batch 512, weight decay, its hyper-parameter block). LARS: the paper's
+# recipe; momentum: Goyal et al. (0.1 per 256); the adaptive ones: their usual defaults, not tuned
+# for this model.
 OPTIMIZERS = {
     "lars": (4.0, 1e-4, dict(momentum=0.9, eta=1e-3)),
     "momentum": (0.2, 1e-4, dict(momentum=0.9)),
@@ -49,14 +52,17 @@ BN_AND_BIAS = (r"norm", r"bias")
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
-    a = config_lib.parse_arg(arg, batch=0, scheme="legw", optimizer="lars", depth=50, epochs=0.0, runlocal=False)
+    a = config_lib.parse_arg(
+        arg, batch=0, scheme="legw", optimizer="lars", depth=50, epochs=0.0, runlocal=False
+    )
     base_lr, wd, extra = choose(OPTIMIZERS, a.optimizer, "config arg optimizer")
 
     config = ml_collections.ConfigDict()
     config.seed = 0
     config.task = "classification"
     config.batch_size = a.batch or BASE_BATCH  # global batch over all devices and hosts
-    config.eval_batch_size = 1000  # ImageNet validation: 50,000 = 50 x 1000; the last batch padded + masked
+    # ImageNet validation: 50,000 = 50 x 1000; the last batch padded + masked
+    config.eval_batch_size = 1000
     config.num_epochs = a.epochs or 90.0
     config.eval_every_epochs = 4.0
     config.log_every_steps = 100
@@ -95,9 +101,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
         weight_decay=wd,
         schedule=dict(warmup_epochs=10 / 64, decay="poly", poly=dict(power=2.0)),
         **{a.optimizer: extra},
-    )  # fmt: skip
-    # BN and biases outside weight decay and the trust ratio (ndim-1 leaves are excluded anyway; explicit for
-    # the reader), where the optimizer has them
+    )
+    # BN and biases outside weight decay and the trust ratio (ndim-1 leaves are excluded anyway;
+    # explicit for the reader), where the optimizer has them
     if wd:
         config.optim.mask.exclude_from_weight_decay = BN_AND_BIAS
     if optim.has_trust_ratio(a.optimizer):
