@@ -12,7 +12,8 @@ import numpy as np
 
 
 def tf_lars_step(w, v, g, lr, *, momentum, wd, eta, eps, nesterov, adapt):
-    """One step of TensorFlow's ``LARSOptimizer`` (tensorflow/tpu ``lars_optimizer.py``) on one variable.
+    """One step of TensorFlow's ``LARSOptimizer`` (tensorflow/tpu ``lars_optimizer.py``) on one
+    variable.
 
     ``adapt``: the variable is not in the skip list (it gets weight decay and the trust ratio).
     Returns ``(new_w, new_v, trust_ratio)``.
@@ -29,7 +30,8 @@ def tf_lars_step(w, v, g, lr, *, momentum, wd, eta, eps, nesterov, adapt):
 
 
 def lamb_step(w, m, v, g, t, lr, *, b1, b2, eps, wd, decay, trust):
-    """One step of LAMB (You et al. 2020, Algorithm 2, phi = identity) with bias correction; ``t`` >= 1.
+    """One step of LAMB (You et al. 2020, Algorithm 2, phi = identity) with bias correction; ``t``
+    >= 1.
 
     ``decay`` / ``trust``: the variable gets weight decay / the layer-wise ratio.
     Returns ``(new_w, new_m, new_v, ratio)``.
@@ -45,14 +47,15 @@ def lamb_step(w, m, v, g, t, lr, *, b1, b2, eps, wd, decay, trust):
 
 
 def _dec(x) -> Fraction:
-    """A number as the decimal it prints as: the tests give these references short decimals (7.5, 12.8, 1.35),
-    which the library reads the same way; its reading of a float ``N / B`` is checked by integer arithmetic
-    in test_exact_numbers.py."""
+    """A number as the decimal it prints as: the tests give these references short decimals (7.5,
+    12.8, 1.35), which the library reads the same way; its reading of a float ``N / B`` is checked
+    by integer arithmetic in test_exact_numbers.py."""
     return Fraction(x) if isinstance(x, int | Fraction) else Fraction(repr(float(x)))
 
 
 def first_update_at(epoch, steps_per_epoch) -> int:
-    """The smallest update count ``s >= 0`` with ``s / steps_per_epoch >= epoch`` (exact rationals)."""
+    """The smallest update count ``s >= 0`` with ``s / steps_per_epoch >= epoch`` (exact
+    rationals)."""
     e, spe = _dec(epoch), _dec(steps_per_epoch)
     s = max(int(e * spe) - 2, 0)
     while Fraction(s) / spe < e:

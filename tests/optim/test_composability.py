@@ -1,8 +1,9 @@
-"""lars / lamb / scale_by_trust_ratio inside optax's combinators, Flax's optimizers and an Orbax checkpoint.
+"""lars / lamb / scale_by_trust_ratio inside optax's combinators, Flax's optimizers and an Orbax
+checkpoint.
 
-Each expectation is either the float64 TF-LARS / LAMB reference of numpy_reference.py applied by hand to
-what the combinator promises (clipped, masked, averaged, skipped updates, scheduled hyper-parameters),
-or the same transform run on plain dicts.
+Each expectation is either the float64 TF-LARS / LAMB reference of numpy_reference.py applied by
+hand to what the combinator promises (clipped, masked, averaged, skipped updates, scheduled
+hyper-parameters), or the same transform run on plain dicts.
 """
 
 import jax
@@ -34,14 +35,26 @@ def run(tx, grads, params=PARAMS, jit=True):
     return params, state
 
 
-def lars_ref(grads, lr=lambda t: 0.1, wd=lambda t: WD, eta=lambda t: ETA, mom=lambda t: MOM, adapt=None):
+def lars_ref(
+    grads, lr=lambda t: 0.1, wd=lambda t: WD, eta=lambda t: ETA, mom=lambda t: MOM, adapt=None
+):
     adapt = adapt or {k: x.ndim >= 2 for k, x in PARAMS.items()}
     w = {k: np.array(x) for k, x in PARAMS.items()}
     v = {k: np.zeros_like(x) for k, x in w.items()}
     for t, g in enumerate(grads):
         for k in w:  # noqa: PLC0206
-            w[k], v[k], _ = tf_lars_step(w[k], v[k], g[k], lr(t), momentum=mom(t), wd=wd(t), eta=eta(t), eps=0.0,
-                                         nesterov=False, adapt=adapt[k])  # fmt: skip
+            w[k], v[k], _ = tf_lars_step(
+                w[k],
+                v[k],
+                g[k],
+                lr(t),
+                momentum=mom(t),
+                wd=wd(t),
+                eta=eta(t),
+                eps=0.0,
+                nesterov=False,
+                adapt=adapt[k],
+            )
     return w
 
 
@@ -72,15 +85,26 @@ def test_optax_masked_updates_the_selected_leaves_only(name):
     got, _ = run(optax.masked(make(), mask), GRADS[:3])
     alone, _ = run(make(), GRADS[:3], params={k: PARAMS[k] for k in ("w", "b")})
     assert_close(got, {k: np.asarray(alone[k]) for k in ("w", "b")})
-    np.testing.assert_allclose(got["v"], PARAMS["v"] + sum(g["v"] for g in GRADS[:3]), rtol=1e-5)  # passed through
+    # passed through
+    np.testing.assert_allclose(got["v"], PARAMS["v"] + sum(g["v"] for g in GRADS[:3]), rtol=1e-5)
 
 
 def test_inject_hyperparams_schedules_lr_weight_decay_momentum_and_eta():
-    lr = lambda t: 0.1 + 0.02 * t
-    wd = lambda t: 0.01 * (t + 1)
-    eta = lambda t: 0.02 / (t + 1)
-    mom = lambda t: 0.5 + 0.1 * t
-    tx = optax.inject_hyperparams(optim.lars)(learning_rate=lr, weight_decay=wd, momentum=mom, eta=eta)
+    def lr(t):
+        return 0.1 + 0.02 * t
+
+    def wd(t):
+        return 0.01 * (t + 1)
+
+    def eta(t):
+        return 0.02 / (t + 1)
+
+    def mom(t):
+        return 0.5 + 0.1 * t
+
+    tx = optax.inject_hyperparams(optim.lars)(
+        learning_rate=lr, weight_decay=wd, momentum=mom, eta=eta
+    )
     got, state = run(tx, GRADS)
     assert_close(got, lars_ref(GRADS, lr=lr, wd=wd, eta=eta, mom=mom))
     assert float(state.hyperparams["learning_rate"]) == pytest.approx(lr(len(GRADS) - 1))
@@ -96,15 +120,19 @@ def test_inject_hyperparams_keeps_explicit_masks_static():
     got, state = run(tx, GRADS[:3])
     assert_close(got, lars_ref(GRADS[:3], adapt={"w": True, "v": False, "b": False}))
     numeric = {k for k, v in state.hyperparams.items() if jax.tree.leaves(v)}
-    assert numeric == {"learning_rate", "momentum", "weight_decay", "eta", "eps"}  # the masks add no arrays
+    # the masks add no arrays
+    assert numeric == {"learning_rate", "momentum", "weight_decay", "eta", "eps"}
     assert jax.tree.leaves(state.hyperparams_states) == []
-    bools = optax.inject_hyperparams(optim.lars)(learning_rate=0.1, weight_decay=WD, trust_ratio_mask=False)
+    bools = optax.inject_hyperparams(optim.lars)(
+        learning_rate=0.1, weight_decay=WD, trust_ratio_mask=False
+    )
     got, _ = run(bools, GRADS[:3])
     assert_close(got, _lars_decay_without_ratio(GRADS[:3]))
 
 
 def _lars_decay_without_ratio(grads):
-    """LARS with ratio 1 everywhere and weight decay on the ndim >= 2 leaves: momentum SGD on g + wd w."""
+    """LARS with ratio 1 everywhere and weight decay on the ndim >= 2 leaves: momentum SGD on g + wd
+    w."""
     w = {k: np.array(x) for k, x in PARAMS.items()}
     v = {k: np.zeros_like(x) for k, x in w.items()}
     for g in grads:
@@ -117,21 +145,33 @@ def _lars_decay_without_ratio(grads):
 
 def test_a_plain_callable_mask_under_inject_needs_static_mask():
     """optax takes a plain callable for a schedule; static_mask (or static_args) keeps it a mask."""
-    plain = lambda p: {k: k != "v" and x.ndim >= 2 for k, x in p.items()}
-    tx = optax.inject_hyperparams(optim.lars)(learning_rate=0.1, weight_decay=WD, eta=ETA, trust_ratio_mask=optim.static_mask(plain),
-                                              weight_decay_mask=optim.static_mask(plain))  # fmt: skip
+
+    def plain(p):
+        return {k: k != "v" and x.ndim >= 2 for k, x in p.items()}
+
+    tx = optax.inject_hyperparams(optim.lars)(
+        learning_rate=0.1,
+        weight_decay=WD,
+        eta=ETA,
+        trust_ratio_mask=optim.static_mask(plain),
+        weight_decay_mask=optim.static_mask(plain),
+    )
     got, _ = run(tx, GRADS[:2])
     assert_close(got, lars_ref(GRADS[:2], adapt={"w": True, "v": False, "b": False}))
-    via_static_args = optax.inject_hyperparams(optim.lars, static_args=("trust_ratio_mask", "weight_decay_mask"))(
-        learning_rate=0.1, weight_decay=WD, eta=ETA, trust_ratio_mask=plain, weight_decay_mask=plain
-    )
+    via_static_args = optax.inject_hyperparams(
+        optim.lars, static_args=("trust_ratio_mask", "weight_decay_mask")
+    )(learning_rate=0.1, weight_decay=WD, eta=ETA, trust_ratio_mask=plain, weight_decay_mask=plain)
     got, _ = run(via_static_args, GRADS[:2])
     assert_close(got, lars_ref(GRADS[:2], adapt={"w": True, "v": False, "b": False}))
 
 
 def test_inject_hyperparams_lamb_lr_and_weight_decay():
-    lr = lambda t: 0.01 * (t + 1)
-    wd = lambda t: 0.05 / (t + 1)
+    def lr(t):
+        return 0.01 * (t + 1)
+
+    def wd(t):
+        return 0.05 / (t + 1)
+
     tx = optax.inject_hyperparams(optim.lamb)(learning_rate=lr, weight_decay=wd)
     got, _ = run(tx, GRADS)
     w = {k: np.array(x) for k, x in PARAMS.items()}
@@ -140,8 +180,20 @@ def test_inject_hyperparams_lamb_lr_and_weight_decay():
     for t, g in enumerate(GRADS):
         for k in w:  # noqa: PLC0206
             layer = w[k].ndim >= 2
-            w[k], m[k], v[k], _ = lamb_step(w[k], m[k], v[k], g[k], t + 1, lr(t), b1=0.9, b2=0.999, eps=1e-6,
-                                            wd=wd(t), decay=layer, trust=layer)  # fmt: skip
+            w[k], m[k], v[k], _ = lamb_step(
+                w[k],
+                m[k],
+                v[k],
+                g[k],
+                t + 1,
+                lr(t),
+                b1=0.9,
+                b2=0.999,
+                eps=1e-6,
+                wd=wd(t),
+                decay=layer,
+                trust=layer,
+            )
     assert_close(got, w, rtol=1e-4, atol=1e-5)
 
 
@@ -153,9 +205,13 @@ def test_multisteps_applies_lars_to_the_mean_of_k_gradients():
 
 
 def test_multisteps_with_bfloat16_params_keeps_one_state_type():
-    """MultiSteps chooses between two states with lax.cond: they must agree in dtype leaf by leaf."""
+    """MultiSteps chooses between two states with lax.cond: they must agree in dtype leaf by
+    leaf."""
     dtypes = {"w": jnp.bfloat16, "v": jnp.float32, "b": jnp.float32}
-    cast = lambda tree: {k: jnp.asarray(x, dtypes[k]) for k, x in tree.items()}
+
+    def cast(tree):
+        return {k: jnp.asarray(x, dtypes[k]) for k, x in tree.items()}
+
     tx = optax.MultiSteps(optim.lars(0.1, weight_decay=WD, eta=ETA), every_k_schedule=2)
     params = cast(PARAMS)
     state = tx.init(params)
@@ -211,7 +267,11 @@ TARGET = jnp.asarray(RNG.normal(size=(4, 2)), jnp.float32)
 def test_flax_nnx_optimizer_equals_the_functional_update():
     from flax import nnx
 
-    tx = lambda: optim.lars(0.5, weight_decay=WD, eta=ETA, weight_decay_mask=optim.param_mask(2, exclude=("embed",)))
+    def tx():
+        return optim.lars(
+            0.5, weight_decay=WD, eta=ETA, weight_decay_mask=optim.param_mask(2, exclude=("embed",))
+        )
+
     model = _Model.nnx()
     params = nnx.to_pure_dict(nnx.state(model, nnx.Param))
     graphdef, _ = nnx.split(model, nnx.Param)
@@ -230,10 +290,13 @@ def test_flax_nnx_optimizer_equals_the_functional_update():
         updates, ref_state = ref_tx.update(jax.grad(pure_loss)(params), ref_state, params)
         params = optax.apply_updates(params, updates)
     got = nnx.to_pure_dict(nnx.state(model, nnx.Param))
-    for (path, a), b in zip(jax.tree_util.tree_leaves_with_path(got), jax.tree.leaves(params), strict=True):
+    for (path, a), b in zip(
+        jax.tree_util.tree_leaves_with_path(got), jax.tree.leaves(params), strict=True
+    ):
         np.testing.assert_allclose(a, b, rtol=1e-6, err_msg=optim.path_str(path))
     ratios = optax.tree_utils.tree_get(optimizer.opt_state, "trust_ratio")
-    assert float(jax.tree.leaves(ratios["dense"]["bias"])[0]) == 1.0  # 1-D: outside the default trust mask
+    # 1-D: outside the default trust mask
+    assert float(jax.tree.leaves(ratios["dense"]["bias"])[0]) == 1.0
 
 
 def test_flax_linen_train_state_with_lamb():
@@ -241,7 +304,9 @@ def test_flax_linen_train_state_with_lamb():
 
     net = _Model.linen()
     params = net.init(jax.random.key(0), TOKENS)["params"]
-    state = train_state.TrainState.create(apply_fn=net.apply, params=params, tx=optim.lamb(0.01, weight_decay=0.1))
+    state = train_state.TrainState.create(
+        apply_fn=net.apply, params=params, tx=optim.lamb(0.01, weight_decay=0.1)
+    )
 
     def loss(p):
         return jnp.mean((net.apply({"params": p}, TOKENS) - TARGET) ** 2)
@@ -260,14 +325,20 @@ def test_flax_linen_train_state_with_lamb():
 def test_opt_state_round_trips_through_an_orbax_checkpoint(tmp_path):
     import orbax.checkpoint as ocp
 
-    make = lambda: optax.inject_hyperparams(optim.lars)(learning_rate=lambda t: 0.1 / (t + 1), weight_decay=WD)
+    def make():
+        return optax.inject_hyperparams(optim.lars)(
+            learning_rate=lambda t: 0.1 / (t + 1), weight_decay=WD
+        )
+
     tx = make()
     params, state = run(tx, GRADS[:2])
     with ocp.StandardCheckpointer() as ckpt:
         ckpt.save(tmp_path / "ckpt", {"params": params, "opt_state": state})
     fresh = make().init(as_jax(PARAMS))
     with ocp.StandardCheckpointer() as ckpt:
-        target = jax.tree.map(ocp.utils.to_shape_dtype_struct, {"params": params, "opt_state": fresh})
+        target = jax.tree.map(
+            ocp.utils.to_shape_dtype_struct, {"params": params, "opt_state": fresh}
+        )
         restored = ckpt.restore(tmp_path / "ckpt", target)
     assert jax.tree.structure(restored["opt_state"]) == jax.tree.structure(state)
     for a, b in zip(jax.tree.leaves(restored["opt_state"]), jax.tree.leaves(state), strict=True):

@@ -35,12 +35,19 @@ def test_example_runs(name, capsys):
     code = _example(name)
     exec(compile(code, f"{DOC.name}[{name}]", "exec"), {"__name__": "__doc_example__"})  # noqa: S102
     lines = capsys.readouterr().out.strip().splitlines()
-    assert lines and lines[-1].startswith(EXPECTED[name][1])  # each example asserts its claims, then says so
+    # each example asserts its claims, then says so
+    assert lines and lines[-1].startswith(EXPECTED[name][1])
 
 
 def test_the_doc_states_the_default_masks_and_the_mapping_to_optax():
     text = DOC.read_text()
     assert "For optax's behaviour pass `weight_decay_mask=True, trust_ratio_mask=True`" in text
-    for optax_name, ours in [("trust_coefficient=0.001", "eta=1e-3"), ("mask=None", "weight_decay_mask=default_mask")]:
-        assert re.search(rf"\| `{re.escape(optax_name)}`[^|]*\| `{re.escape(ours)}` \|", text), optax_name
-    assert "|g| + wd * |w| + eps" in text and "|g + wd * w| + eps" in text  # the denominator that differs
+    for optax_name, ours in [
+        ("trust_coefficient=0.001", "eta=1e-3"),
+        ("mask=None", "weight_decay_mask=default_mask"),
+    ]:
+        assert re.search(rf"\| `{re.escape(optax_name)}`[^|]*\| `{re.escape(ours)}` \|", text), (
+            optax_name
+        )
+    # the denominator that differs
+    assert "|g| + wd * |w| + eps" in text and "|g + wd * w| + eps" in text

@@ -1,8 +1,9 @@
-"""The numbers users pass are read as they meant them: a float ``N / B`` as the fraction N/B, ints and
-fractions exactly, batch sizes as whole numbers, and anything else refused in one line naming itself.
+"""The numbers users pass are read as they meant them: a float ``N / B`` as the fraction N/B, ints
+and fractions exactly, batch sizes as whole numbers, and anything else refused in one line naming
+itself.
 
-Expectations are integer arithmetic by hand (``ceil(e * N / B) = -(-e * N // B)``), never the library's
-own reading.
+Expectations are integer arithmetic by hand (``ceil(e * N / B) = -(-e * N // B)``), never the
+library's own reading.
 """
 
 import math
@@ -20,7 +21,8 @@ def _ceil_div(a: int, b: int) -> int:
 
 
 def _pairs(count: int, seed: int = 2026):
-    """Random (N, B, e): N examples, batch B, and an epoch e at which e * N / B is a whole update."""
+    """Random (N, B, e): N examples, batch B, and an epoch e at which e * N / B is a whole
+    update."""
     rng, found = random.Random(seed), []
     while len(found) < count:
         n, b = rng.randint(500, 2_000_000), rng.randint(8, 4096)
@@ -40,7 +42,8 @@ def _late_as_a_decimal(n: int, b: int, e: int) -> bool:
 
 def test_the_golden_sample_is_one_where_decimal_reading_goes_wrong():
     assert sum(_late_as_a_decimal(*pair) for pair in PAIRS) >= 30  # 41 of the 120 pairs
-    assert sum(_late_as_a_decimal(*pair) for pair in PAIRS[:40]) >= 10  # 13 of those the schedules run
+    # 13 of those the schedules run
+    assert sum(_late_as_a_decimal(*pair) for pair in PAIRS[:40]) >= 10
 
 
 def test_golden_every_boundary_epoch_is_its_exact_update_with_a_float_n_over_b():
@@ -49,11 +52,13 @@ def test_golden_every_boundary_epoch_is_its_exact_update_with_a_float_n_over_b()
 
 
 def test_golden_float_n_over_b_puts_multistep_boundaries_on_their_exact_update():
-    """A boundary at epoch e takes effect at update e * N / B exactly, with steps_per_epoch the float N / B
-    (40 pairs: each schedule compiles once)."""
+    """A boundary at epoch e takes effect at update e * N / B exactly, with steps_per_epoch the
+    float N / B (40 pairs: each schedule compiles once)."""
     steps = []
     for n, b, e in PAIRS[:40]:
-        s = optim.warmup_decay_schedule(1.0, 0, e + 1, n / b, "multistep", boundaries=(e,), factor=0.5)
+        s = optim.warmup_decay_schedule(
+            1.0, 0, e + 1, n / b, "multistep", boundaries=(e,), factor=0.5
+        )
         at = e * n // b
         steps.append(np.asarray(s(np.array([at - 1, at]))))
     np.testing.assert_array_equal(np.array(steps), np.tile([1.0, 0.5], (40, 1)))
@@ -76,8 +81,10 @@ def test_golden_epochs_to_steps_over_random_pairs_and_epochs():
         (Fraction(1, 3), 3, 1),
         (0.1, 30, 3),  # a short decimal is itself
         (2 / 3, 3, 2),  # 0.6666666666666666 is the float of 2/3
-        (0.1 * 3, 10, 4),  # float noise (0.30000000000000004) is no small fraction: its decimal, 3.0000000000000004
-        (0.123456781, 10**9, 123456781),  # a long decimal stays itself (its binary value is above it)
+        # float noise (0.30000000000000004) is no small fraction: its decimal, 3.0000000000000004
+        (0.1 * 3, 10, 4),
+        # a long decimal stays itself (its binary value is above it)
+        (0.123456781, 10**9, 123456781),
         (12, np.float32(622 / 24), 311),  # a float32 N / B with a small B, judged in float32
         (5.0, 10**17 + 3, 5 * (10**17 + 3)),  # whole numbers, however large, are exact
     ],
@@ -93,7 +100,8 @@ def test_the_long_decimal_case_distinguishes_decimal_from_binary_reading():
 
 def test_a_float_warmup_and_total_in_epochs_are_read_like_steps_per_epoch():
     n, b = 622, 24
-    s = optim.warmup_decay_schedule(0.3, 10 * b / n, 12, n / b, "poly")  # 10 updates of warmup, 311 in all
+    # 10 updates of warmup, 311 in all
+    s = optim.warmup_decay_schedule(0.3, 10 * b / n, 12, n / b, "poly")
     lr = np.asarray(s(np.array([9, 10, 310, 311, 400])))
     assert lr[0] < 0.3 and lr[1] == np.float32(0.3) and 0 < lr[2] and lr[3] == 0 and lr[4] == 0
 
@@ -101,33 +109,112 @@ def test_a_float_warmup_and_total_in_epochs_are_read_like_steps_per_epoch():
 @pytest.mark.parametrize(
     "call,error,message",
     [
-        (lambda: optim.epochs_to_steps(2, 0), ValueError, "steps_per_epoch must be positive, got 0"),
+        (
+            lambda: optim.epochs_to_steps(2, 0),
+            ValueError,
+            "steps_per_epoch must be positive, got 0",
+        ),
         (lambda: optim.epochs_to_steps(-1, 3), ValueError, "epochs must be >= 0, got -1"),
-        (lambda: optim.epochs_to_steps("2", 3), TypeError, "epochs must be a real number .*got '2'"),
-        (lambda: optim.epochs_to_steps(2, float("nan")), ValueError, "steps_per_epoch must be finite, got nan"),
-        (lambda: optim.epochs_to_steps(True, 3), TypeError, "epochs must be a real number .*got True"),
-        (lambda: optim.legw_schedule("0.1", 128, 256, 0.5, 10, 5), TypeError, "base_lr must be a real number .*'0.1'"),
-        (lambda: optim.legw_schedule(0.1, 128, 256, 0.5, "10", 5), TypeError, "steps_per_epoch must be a real"),
-        (lambda: optim.legw_schedule(0.1, 128, 256, "0.5", 10, 5), TypeError, "base_warmup_epochs must be a real"),
-        (lambda: optim.legw_schedule(0.1, 128, 256, 0.5, 10, None), TypeError, "num_epochs must be a real .*None"),
-        (lambda: optim.legw_schedule(0.1, 128, 256, 0.5, 0, 5), ValueError, "steps_per_epoch must be positive"),
-        (lambda: optim.legw_schedule(0.1, 128, 256, -0.5, 10, 5), ValueError, "base_warmup_epochs must be >= 0"),
-        (lambda: optim.warmup_decay_schedule(0.1, 0, 0, 10), ValueError, "num_epochs must be positive, got 0"),
-        (lambda: optim.warmup_decay_schedule(0.1, 0, 5, 10, "poly", power=0), ValueError, "power must be positive"),
-        (lambda: optim.warmup_decay_schedule(0.1, 0, 5, 10, "exponential", rate="0.5"), TypeError, "rate must be"),
-        (lambda: optim.warmup_decay_schedule(0.1, 0, 5, 10, "exponential", start_epoch=-1), ValueError,
-         "start_epoch must be >= 0"),
-        (lambda: optim.warmup_decay_schedule(0.1, 0, 5, 10, "exponential", staircase="yes"), TypeError,
-         "staircase must be True or False, got 'yes'"),
-        (lambda: optim.warmup_decay_schedule(0.1, 0, 5, 10, "multistep", boundaries=2), TypeError,
-         "boundaries must be a sequence of epochs, got 2"),
-        (lambda: optim.warmup_decay_schedule(0.1, 0, 5, 10, "multistep", boundaries=(1, "3")), TypeError,
-         "each multistep boundary must be a real number .*'3'"),
-        (lambda: optim.scale_warmup_epochs(0.5, 32.5, 128, "linear_epoch"), ValueError,
-         "base_batch_size must be a whole number of examples, got 32.5"),
-        (lambda: optim.scale_lr(0.1, 32, 128.5, "sqrt"), ValueError, "batch_size must be a whole number .*128.5"),
-        (lambda: optim.legw_schedule(0.1, 32, 0, 0.5, 10, 5), ValueError, "batch_size must be positive, got 0"),
-        (lambda: optim.scale_lr(0.1, True, 128, "sqrt"), TypeError, "base_batch_size must be a real number"),
+        (
+            lambda: optim.epochs_to_steps("2", 3),
+            TypeError,
+            "epochs must be a real number .*got '2'",
+        ),
+        (
+            lambda: optim.epochs_to_steps(2, float("nan")),
+            ValueError,
+            "steps_per_epoch must be finite, got nan",
+        ),
+        (
+            lambda: optim.epochs_to_steps(True, 3),
+            TypeError,
+            "epochs must be a real number .*got True",
+        ),
+        (
+            lambda: optim.legw_schedule("0.1", 128, 256, 0.5, 10, 5),
+            TypeError,
+            "base_lr must be a real number .*'0.1'",
+        ),
+        (
+            lambda: optim.legw_schedule(0.1, 128, 256, 0.5, "10", 5),
+            TypeError,
+            "steps_per_epoch must be a real",
+        ),
+        (
+            lambda: optim.legw_schedule(0.1, 128, 256, "0.5", 10, 5),
+            TypeError,
+            "base_warmup_epochs must be a real",
+        ),
+        (
+            lambda: optim.legw_schedule(0.1, 128, 256, 0.5, 10, None),
+            TypeError,
+            "num_epochs must be a real .*None",
+        ),
+        (
+            lambda: optim.legw_schedule(0.1, 128, 256, 0.5, 0, 5),
+            ValueError,
+            "steps_per_epoch must be positive",
+        ),
+        (
+            lambda: optim.legw_schedule(0.1, 128, 256, -0.5, 10, 5),
+            ValueError,
+            "base_warmup_epochs must be >= 0",
+        ),
+        (
+            lambda: optim.warmup_decay_schedule(0.1, 0, 0, 10),
+            ValueError,
+            "num_epochs must be positive, got 0",
+        ),
+        (
+            lambda: optim.warmup_decay_schedule(0.1, 0, 5, 10, "poly", power=0),
+            ValueError,
+            "power must be positive",
+        ),
+        (
+            lambda: optim.warmup_decay_schedule(0.1, 0, 5, 10, "exponential", rate="0.5"),
+            TypeError,
+            "rate must be",
+        ),
+        (
+            lambda: optim.warmup_decay_schedule(0.1, 0, 5, 10, "exponential", start_epoch=-1),
+            ValueError,
+            "start_epoch must be >= 0",
+        ),
+        (
+            lambda: optim.warmup_decay_schedule(0.1, 0, 5, 10, "exponential", staircase="yes"),
+            TypeError,
+            "staircase must be True or False, got 'yes'",
+        ),
+        (
+            lambda: optim.warmup_decay_schedule(0.1, 0, 5, 10, "multistep", boundaries=2),
+            TypeError,
+            "boundaries must be a sequence of epochs, got 2",
+        ),
+        (
+            lambda: optim.warmup_decay_schedule(0.1, 0, 5, 10, "multistep", boundaries=(1, "3")),
+            TypeError,
+            "each multistep boundary must be a real number .*'3'",
+        ),
+        (
+            lambda: optim.scale_warmup_epochs(0.5, 32.5, 128, "linear_epoch"),
+            ValueError,
+            "base_batch_size must be a whole number of examples, got 32.5",
+        ),
+        (
+            lambda: optim.scale_lr(0.1, 32, 128.5, "sqrt"),
+            ValueError,
+            "batch_size must be a whole number .*128.5",
+        ),
+        (
+            lambda: optim.legw_schedule(0.1, 32, 0, 0.5, 10, 5),
+            ValueError,
+            "batch_size must be positive, got 0",
+        ),
+        (
+            lambda: optim.scale_lr(0.1, True, 128, "sqrt"),
+            TypeError,
+            "base_batch_size must be a real number",
+        ),
     ],
 )
 def test_bad_arguments_are_refused_in_one_line_naming_them(call, error, message):
@@ -149,7 +236,9 @@ def test_bad_arguments_are_refused_in_one_line_naming_them(call, error, message)
     ids=["scale_lr", "legw_schedule", "warmup_decay_schedule", "end_value", "lars", "lamb"],
 )
 def test_negative_learning_rates_are_refused(call):
-    with pytest.raises(ValueError, match=r"must be >= 0, got -.*a negative learning rate climbs the loss") as info:
+    with pytest.raises(
+        ValueError, match=r"must be >= 0, got -.*a negative learning rate climbs the loss"
+    ) as info:
         call()
     assert "\n" not in str(info.value)
 
@@ -160,20 +249,31 @@ def test_a_zero_learning_rate_is_allowed():
 
 
 def test_batch_sizes_are_whole_numbers_given_as_int_or_float():
-    """One rule: 128 and 128.0 are the same batch (the same peak and warmup); 32.5 is no batch size."""
+    """One rule: 128 and 128.0 are the same batch (the same peak and warmup); 32.5 is no batch
+    size."""
     assert optim.scale_lr(0.1, 128.0, 512.0, "sqrt") == optim.scale_lr(0.1, 128, 512, "sqrt") == 0.2
-    assert optim.scale_warmup_epochs(0.5, 32.0, 128, "linear_epoch") == optim.scale_warmup_epochs(0.5, 32, 128,
-                                                                                                  "linear_epoch") == 2
+    assert (
+        optim.scale_warmup_epochs(0.5, 32.0, 128, "linear_epoch")
+        == optim.scale_warmup_epochs(0.5, 32, 128, "linear_epoch")
+        == 2
+    )
     for bad in (32.5, Fraction(65, 2)):
-        for call in (lambda: optim.scale_lr(0.1, bad, 128, "linear"),
-                     lambda: optim.scale_warmup_epochs(0.5, bad, 128, "const_epoch")):
-            with pytest.raises(ValueError, match="base_batch_size must be a whole number of examples"):
+        for call in (
+            lambda: optim.scale_lr(0.1, bad, 128, "linear"),
+            lambda: optim.scale_warmup_epochs(0.5, bad, 128, "const_epoch"),
+        ):
+            with pytest.raises(
+                ValueError, match="base_batch_size must be a whole number of examples"
+            ):
                 call()
 
 
 def test_a_warmup_scaled_by_a_fractional_batch_ratio_is_exact():
-    """W0 * B / B0 with B / B0 = 2/3: 0.3 * 2/3 = 0.2 epochs, 2 updates at 10 per epoch (not 3 by float noise)."""
+    """W0 * B / B0 with B / B0 = 2/3: 0.3 * 2/3 = 0.2 epochs, 2 updates at 10 per epoch (not 3 by
+    float noise)."""
     assert optim.scale_warmup_epochs(0.3, 384, 256, "linear_epoch") == 0.2
     s = optim.legw_schedule(0.1, 384, 256, 0.3, 10, 5, decay="constant")
     peak = np.float32(0.1 * math.sqrt(256 / 384))
-    np.testing.assert_array_equal(np.asarray(s(np.arange(4))), np.float32([0, peak / 2, peak, peak]))
+    np.testing.assert_array_equal(
+        np.asarray(s(np.arange(4))), np.float32([0, peak / 2, peak, peak])
+    )

@@ -1,4 +1,5 @@
-"""LARS / LAMB / trust-ratio updates against float64 references written independently (numpy_reference.py)."""
+"""LARS / LAMB / trust-ratio updates against float64 references written independently
+(numpy_reference.py)."""
 
 import jax
 import jax.numpy as jnp
@@ -63,16 +64,31 @@ def lars_reference(steps, *, nesterov, eta, wd, mom, eps):
         g = flat(toy_grads(t))
         for k in w:
             w[k], v[k], ratios[k] = tf_lars_step(
-                w[k], v[k], g[k], lr_at(t), momentum=mom, wd=wd, eta=eta, eps=eps, nesterov=nesterov,
+                w[k],
+                v[k],
+                g[k],
+                lr_at(t),
+                momentum=mom,
+                wd=wd,
+                eta=eta,
+                eps=eps,
+                nesterov=nesterov,
                 adapt=w[k].ndim >= 2,  # the default masks: ndim >= 2 gets decay and the trust ratio
-            )  # fmt: skip
+            )
     return w, ratios
 
 
 @pytest.mark.parametrize("nesterov", [False, True])
 def test_lars_matches_tf_lars_for_100_steps_in_float64(nesterov):
     hp = {"eta": 2e-3, "wd": 1e-2, "mom": 0.9, "eps": 1e-9}
-    tx = lars(lr_at, momentum=hp["mom"], weight_decay=hp["wd"], eta=hp["eta"], eps=hp["eps"], nesterov=nesterov)
+    tx = lars(
+        lr_at,
+        momentum=hp["mom"],
+        weight_decay=hp["wd"],
+        eta=hp["eta"],
+        eps=hp["eps"],
+        nesterov=nesterov,
+    )
     with jax.enable_x64(True):
         got, state = run_optax(tx, STEPS, np.float64)
         ratios = flat(state[0].trust_ratio)
@@ -86,7 +102,9 @@ def test_lars_matches_tf_lars_for_100_steps_in_float64(nesterov):
 
 def test_lars_in_float32_tracks_the_float64_reference():
     hp = {"eta": 2e-3, "wd": 1e-2, "mom": 0.9, "eps": 0.0}
-    got, _state = run_optax(lars(lr_at, momentum=0.9, weight_decay=1e-2, eta=2e-3), STEPS, np.float32)
+    got, _state = run_optax(
+        lars(lr_at, momentum=0.9, weight_decay=1e-2, eta=2e-3), STEPS, np.float32
+    )
     want, _ = lars_reference(STEPS, nesterov=False, **hp)
     for k in want:
         assert got[k].dtype == np.float32
@@ -112,7 +130,9 @@ def test_trust_ratio_masks_are_separate():
     params = {"k": jnp.full((2, 2), 2.0), "b": jnp.full((2,), 3.0)}
     grads = {"k": jnp.full((2, 2), 0.5), "b": jnp.full((2,), 0.5)}
     # decay on everything, trust ratio only on the bias: the opposite of the default rule
-    tx = scale_by_trust_ratio(eta=0.1, weight_decay=0.2, mask={"k": False, "b": True}, weight_decay_mask=None)
+    tx = scale_by_trust_ratio(
+        eta=0.1, weight_decay=0.2, mask={"k": False, "b": True}, weight_decay_mask=None
+    )
     out, state = tx.update(grads, tx.init(params), params)
     np.testing.assert_allclose(out["k"], 0.5 + 0.2 * 2.0)
     wn, gn = np.linalg.norm([3.0, 3.0]), np.linalg.norm([0.5, 0.5])
@@ -137,16 +157,28 @@ def lamb_reference(steps, *, b1, b2, eps, wd, trust_everywhere=False):
         for k in w:
             layer = w[k].ndim >= 2
             w[k], m[k], v[k], _ = lamb_step(
-                w[k], m[k], v[k], g[k], t + 1, lr_at(t), b1=b1, b2=b2, eps=eps, wd=wd,
-                decay=layer, trust=layer or trust_everywhere,
-            )  # fmt: skip
+                w[k],
+                m[k],
+                v[k],
+                g[k],
+                t + 1,
+                lr_at(t),
+                b1=b1,
+                b2=b2,
+                eps=eps,
+                wd=wd,
+                decay=layer,
+                trust=layer or trust_everywhere,
+            )
     return w
 
 
 def test_lamb_matches_the_paper_with_bias_correction_for_100_steps_in_float64():
     hp = {"b1": 0.9, "b2": 0.999, "eps": 1e-6, "wd": 0.01}
     with jax.enable_x64(True):
-        got, _ = run_optax(lamb(lr_at, b1=0.9, b2=0.999, eps=1e-6, weight_decay=0.01), STEPS, np.float64)
+        got, _ = run_optax(
+            lamb(lr_at, b1=0.9, b2=0.999, eps=1e-6, weight_decay=0.01), STEPS, np.float64
+        )
     want = lamb_reference(STEPS, **hp)
     for k in want:
         np.testing.assert_allclose(got[k], want[k], rtol=1e-10, atol=1e-12, err_msg=k)
@@ -161,7 +193,9 @@ def test_lamb_in_float32_tracks_the_float64_reference():
 
 def test_lamb_with_trust_everywhere_equals_optax_lamb():
     mask = param_mask(2)
-    mine, _ = run_optax(lamb(0.01, weight_decay=0.05, weight_decay_mask=mask, trust_ratio_mask=None), 5, np.float32)
+    mine, _ = run_optax(
+        lamb(0.01, weight_decay=0.05, weight_decay_mask=mask, trust_ratio_mask=None), 5, np.float32
+    )
     theirs, _ = run_optax(optax.lamb(0.01, weight_decay=0.05, mask=mask), 5, np.float32)
     for k in mine:
         np.testing.assert_allclose(mine[k], theirs[k], rtol=1e-5, atol=1e-7, err_msg=k)

@@ -22,8 +22,13 @@ def test_every_optimizer_builds_steps_and_reports_its_lr(name):
     tx, plan = optim.make(cfg, batch_size=128, steps_per_epoch=10, num_epochs=5)
     params = {"w": jnp.ones((3, 2)), "b": jnp.zeros(2)}
     state = tx.init(params)
-    loss = lambda p: jnp.sum((p["w"] - 2.0) ** 2) + jnp.sum((p["b"] + 1.0) ** 2)  # noqa: E731
-    schedule = lambda step: 0.2 * step / 40 if step < 40 else None  # noqa: E731  (k=4: sqrt -> 0.2, 4 epochs warmup)
+
+    def loss(p):
+        return jnp.sum((p["w"] - 2.0) ** 2) + jnp.sum((p["b"] + 1.0) ** 2)
+
+    def schedule(step):  # (k=4: sqrt -> 0.2, 4 epochs warmup)
+        return 0.2 * step / 40 if step < 40 else None
+
     for step in range(3):
         updates, state = tx.update(jax.grad(loss)(params), state, params)
         params = optax.apply_updates(params, updates)
@@ -70,8 +75,17 @@ def test_unknown_decay_lists_choices():
 
 def test_plain_mapping_config_works():
     cfg = ml_collections.ConfigDict(
-        {"name": "momentum", "base_lr": 0.1, "base_batch_size": 10, "scheme": "legw",
-         "schedule": {"warmup_epochs": 1.0, "decay": "cosine", "end_value": 0.0}}
-    )  # fmt: skip
+        {
+            "name": "momentum",
+            "base_lr": 0.1,
+            "base_batch_size": 10,
+            "scheme": "legw",
+            "schedule": {"warmup_epochs": 1.0, "decay": "cosine", "end_value": 0.0},
+        }
+    )
     _, plan = optim.make(cfg, batch_size=40, steps_per_epoch=5, num_epochs=8)
-    assert plan.peak_lr == pytest.approx(0.2) and plan.warmup_epochs == 4.0 / 1 and plan.warmup_steps == 20
+    assert (
+        plan.peak_lr == pytest.approx(0.2)
+        and plan.warmup_epochs == 4.0 / 1
+        and plan.warmup_steps == 20
+    )

@@ -1,8 +1,8 @@
 """The simple gradient noise scale on a problem where it is known exactly.
 
-Per-example loss ``0.5 |w - x_i|^2`` over a fixed set of points: the per-example gradient is ``w - x_i``,
-so the true gradient is ``G = w - mean(x)`` and the per-example covariance has trace ``mean |x_i - mean(x)|^2``
-(examples drawn with replacement); ``B_simple = tr(Sigma) / |G|^2``.
+Per-example loss ``0.5 |w - x_i|^2`` over a fixed set of points: the per-example gradient is ``w -
+x_i``, so the true gradient is ``G = w - mean(x)`` and the per-example covariance has trace ``mean
+|x_i - mean(x)|^2`` (examples drawn with replacement); ``B_simple = tr(Sigma) / |G|^2``.
 """
 
 import jax
@@ -63,11 +63,17 @@ def test_train_step_logs_the_noise_scale_of_its_micro_batches(problem):
     x, w, g_sq, trace = problem
     graphdef, params = nnx.split(Quadratic(w), nnx.Param)
     params = nnx.to_pure_dict(params)
-    tx = optax.inject_hyperparams(optax.sgd)(learning_rate=0.0)  # params stay put: the same G and Sigma each step
+    # params stay put: the same G and Sigma each step
+    tx = optax.inject_hyperparams(optax.sgd)(learning_rate=0.0)
     accum, batch = 4, 128
-    step = jax.jit(step_lib.make_train_step(
-        graphdef, tx, QuadraticTask(), step_lib.StepSettings(accum_steps=accum, noise_scale=True)
-    ))
+    step = jax.jit(
+        step_lib.make_train_step(
+            graphdef,
+            tx,
+            QuadraticTask(),
+            step_lib.StepSettings(accum_steps=accum, noise_scale=True),
+        )
+    )
     state = step_lib.initial_state(params, {}, tx, None)
     rng = np.random.default_rng(2)
     avg = optim.NoiseScaleAverager()
@@ -77,7 +83,9 @@ def test_train_step_logs_the_noise_scale_of_its_micro_batches(problem):
     assert avg.value == pytest.approx(trace / g_sq, rel=0.1)
     assert avg.trace_sum / avg.count == pytest.approx(trace, rel=0.06)
     # without the flag the step has no noise metrics
-    plain = step_lib.make_train_step(graphdef, tx, QuadraticTask(), step_lib.StepSettings(accum_steps=accum))
+    plain = step_lib.make_train_step(
+        graphdef, tx, QuadraticTask(), step_lib.StepSettings(accum_steps=accum)
+    )
     assert "noise_scale" not in jax.jit(plain)(state, {"x": x[:batch]})[1]
 
 
@@ -86,7 +94,8 @@ def test_tree_sq_norm_accumulates_in_at_least_float32():
     a, b = rng.normal(size=(300,)), rng.normal(size=(5, 7))
     tree = {"bf": jnp.asarray(a, jnp.bfloat16), "t": (jnp.asarray(b, jnp.float32), None)}
     want = np.sum(np.asarray(tree["bf"], np.float64) ** 2) + np.sum(np.float64(np.float32(b)) ** 2)
-    assert float(optim.tree_sq_norm(tree)) == pytest.approx(want, rel=1e-6)  # bfloat16 sums would miss by ~1e-3
+    # bfloat16 sums would miss by ~1e-3
+    assert float(optim.tree_sq_norm(tree)) == pytest.approx(want, rel=1e-6)
     assert float(optim.tree_sq_norm({})) == 0.0
     with jax.enable_x64(True):
         c = rng.normal(size=(50,)) * (1 + 1e-12)

@@ -29,9 +29,12 @@ CONTAINERS = {
     "stax_list_of_tuples": ([(W, B), (V,)], [(GW, GB), (GV,)], ["w", "b", "v"]),
     "root_tuple": ((W, B, V), (GW, GB, GV), ["w", "b", "v"]),
     "namedtuple": ((Pair(W, B), V), (Pair(GW, GB), GV), ["w", "b", "v"]),
-    "with_none": ({"a": (W, None), "b": B, "c": None, "v": V}, {"a": (GW, None), "b": GB, "c": None, "v": GV},
-                  ["w", "b", "v"]),
-}  # fmt: skip
+    "with_none": (
+        {"a": (W, None), "b": B, "c": None, "v": V},
+        {"a": (GW, None), "b": GB, "c": None, "v": GV},
+        ["w", "b", "v"],
+    ),
+}
 LEAVES = {"w": (W, GW), "b": (B, GB), "v": (V, GV)}
 
 TRANSFORMS = {
@@ -63,7 +66,8 @@ def test_same_numbers_whatever_the_container(container, name):
         np.testing.assert_allclose(got, want_updates[k], rtol=1e-6, err_msg=k)
     ratios = optax.tree_utils.tree_get(got_state, "trust_ratio")
     want_ratios = optax.tree_utils.tree_get(want_state, "trust_ratio")
-    assert jax.tree.structure(ratios) == jax.tree.structure(params)  # one scalar per leaf, the user's structure
+    # one scalar per leaf, the user's structure
+    assert jax.tree.structure(ratios) == jax.tree.structure(params)
     for k, got in zip(names, jax.tree.leaves(ratios), strict=True):
         np.testing.assert_allclose(got, want_ratios[k], rtol=1e-6, err_msg=k)
 
@@ -80,7 +84,10 @@ def test_ratio_of_a_tuple_node_is_the_leafs_own():
 
 def test_scalar_leaves_and_empty_trees():
     tx = scale_by_trust_ratio(eta=0.5, mask=None)
-    params, grads = {"s": jnp.float32(-2.0), "e": {}, "l": []}, {"s": jnp.float32(0.25), "e": {}, "l": []}
+    params, grads = (
+        {"s": jnp.float32(-2.0), "e": {}, "l": []},
+        {"s": jnp.float32(0.25), "e": {}, "l": []},
+    )
     out, state = tx.update(grads, tx.init(params), params)
     np.testing.assert_allclose(out["s"], 0.5 * 2.0 / 0.25 * 0.25)
     assert out["e"] == {} and out["l"] == [] and float(state.trust_ratio["s"]) == pytest.approx(4.0)
@@ -99,21 +106,35 @@ def test_dtypes_are_kept_and_norms_are_at_least_float32():
     assert ratios["bf"].dtype == jnp.float32 and ratios["f32"].dtype == jnp.float32
     w, g = np.asarray(params["bf"], np.float64), np.asarray(grads["bf"], np.float64)
     want = 0.02 * np.linalg.norm(w) / (np.linalg.norm(g) + 0.01 * np.linalg.norm(w))
-    np.testing.assert_allclose(ratios["bf"], want, rtol=1e-6)  # a bfloat16 norm would be off by ~1e-3
+    # a bfloat16 norm would be off by ~1e-3
+    np.testing.assert_allclose(ratios["bf"], want, rtol=1e-6)
 
 
 def test_float64_and_mixed_dtypes_under_x64():
     with jax.enable_x64(True):
-        params = {"f64": jnp.asarray(np.float64(W) * (1 + 1e-12)), "f32": V, "bf": jnp.asarray(B, jnp.bfloat16)}
+        params = {
+            "f64": jnp.asarray(np.float64(W) * (1 + 1e-12)),
+            "f32": V,
+            "bf": jnp.asarray(B, jnp.bfloat16),
+        }
         grads = {"f64": jnp.asarray(np.float64(GW)), "f32": GV, "bf": jnp.asarray(GB, jnp.bfloat16)}
         tx = scale_by_trust_ratio(eta=0.5, weight_decay=0.01)
         out, state = jax.jit(tx.update)(grads, tx.init(params), params)
-        assert {k: v.dtype for k, v in out.items()} == {"f64": jnp.float64, "f32": jnp.float32, "bf": jnp.bfloat16}
+        assert {k: v.dtype for k, v in out.items()} == {
+            "f64": jnp.float64,
+            "f32": jnp.float32,
+            "bf": jnp.bfloat16,
+        }
         r = state.trust_ratio
-        assert (r["f64"].dtype, r["f32"].dtype, r["bf"].dtype) == (jnp.float64, jnp.float32, jnp.float32)
+        assert (r["f64"].dtype, r["f32"].dtype, r["bf"].dtype) == (
+            jnp.float64,
+            jnp.float32,
+            jnp.float32,
+        )
         w, g = np.asarray(params["f64"]), np.asarray(grads["f64"])
         want = 0.5 * np.linalg.norm(w) / (np.linalg.norm(g) + 0.01 * np.linalg.norm(w))
-        np.testing.assert_allclose(r["f64"], want, rtol=1e-14)  # float32 norms would be off by ~1e-7
+        # float32 norms would be off by ~1e-7
+        np.testing.assert_allclose(r["f64"], want, rtol=1e-14)
 
 
 def test_jit_and_vmap_agree_with_eager():
@@ -128,7 +149,10 @@ def test_jit_and_vmap_agree_with_eager():
     batch_g = jax.tree.map(lambda x: x * scales[::-1].reshape((3,) + (1,) * x.ndim), grads)
     batched, _ = jax.vmap(lambda g, p: tx.update(g, tx.init(p), p))(batch_g, batch_p)
     for i in range(3):
-        p_i, g_i = jax.tree.map(lambda x, i=i: x[i], batch_p), jax.tree.map(lambda x, i=i: x[i], batch_g)
+        p_i, g_i = (
+            jax.tree.map(lambda x, i=i: x[i], batch_p),
+            jax.tree.map(lambda x, i=i: x[i], batch_g),
+        )
         one, _ = tx.update(g_i, tx.init(p_i), p_i)
         for k in one:
             np.testing.assert_allclose(batched[k][i], one[k], rtol=1e-6, err_msg=f"{k}[{i}]")
@@ -140,7 +164,8 @@ def test_gradients_through_the_update_are_finite_at_zero_norm_leaves(name):
     # differentiating through Adam); the trust ratio's norms need no such help.
     tx = lamb(0.01, weight_decay=0.1, eps_root=1e-12) if name == "lamb" else TRANSFORMS[name]()
     params = {"zero_w": jnp.zeros((2, 3)), "w": W}
-    grads = {"zero_w": jnp.ones((2, 3)), "w": jnp.zeros_like(W)}  # |w| = 0 on one leaf, |g| = 0 on the other
+    # |w| = 0 on one leaf, |g| = 0 on the other
+    grads = {"zero_w": jnp.ones((2, 3)), "w": jnp.zeros_like(W)}
 
     def total(p, g):
         updates, _ = tx.update(g, tx.init(p), p)
@@ -152,7 +177,8 @@ def test_gradients_through_the_update_are_finite_at_zero_norm_leaves(name):
 
 
 def test_lars_update_gradient_matches_finite_differences():
-    """d(update)/d(w) through the trust ratio, against central differences of the TF rule in float64."""
+    """d(update)/d(w) through the trust ratio, against central differences of the TF rule in
+    float64."""
     with jax.enable_x64(True):
         w0, g0 = np.float64(W), np.float64(GW)
         tx = lars(0.3, momentum=0.0, weight_decay=0.01, eta=0.02)
@@ -162,8 +188,18 @@ def test_lars_update_gradient_matches_finite_differences():
             return jnp.sum(updates["w"] ** 2)
 
         def ref(w):
-            new_w, _, _ = tf_lars_step(w, 0.0, g0, 0.3, momentum=0.0, wd=0.01, eta=0.02, eps=0.0, nesterov=False,
-                                       adapt=True)  # fmt: skip
+            new_w, _, _ = tf_lars_step(
+                w,
+                0.0,
+                g0,
+                0.3,
+                momentum=0.0,
+                wd=0.01,
+                eta=0.02,
+                eps=0.0,
+                nesterov=False,
+                adapt=True,
+            )
             return np.sum((new_w - w) ** 2)
 
         grad = np.asarray(jax.grad(f)(jnp.asarray(w0)))

@@ -26,7 +26,12 @@ def test_warmup_rules(k):
 
 def test_resnet_lars_table_follows_the_rule():
     # PAPER.md: base 512 -> LR 4, warmup 10/64 epochs; 32K -> LR 32 and 10 epochs.
-    for batch, lr, warm in [(1024, 2**2.5, 0.3125), (4096, 2**3.5, 1.25), (8192, 16, 2.5), (32768, 32, 10)]:
+    for batch, lr, warm in [
+        (1024, 2**2.5, 0.3125),
+        (4096, 2**3.5, 1.25),
+        (8192, 16, 2.5),
+        (32768, 32, 10),
+    ]:
         assert scale_lr(4.0, 512, batch, "sqrt") == pytest.approx(lr)
         assert scale_warmup_epochs(10 / 64, 512, batch, "linear_epoch") == pytest.approx(warm)
 
@@ -39,7 +44,14 @@ def test_schemes_are_rule_pairs():
     # the ablations that separate LEGW's two parts
     assert scheme_rules("linear_legw_warmup") == ("linear", "linear_epoch")
     assert scheme_rules("sqrt_const_warmup") == ("sqrt", "const_epoch")
-    assert set(SCHEMES) == {"legw", "linear", "sqrt", "none", "linear_legw_warmup", "sqrt_const_warmup"}
+    assert set(SCHEMES) == {
+        "legw",
+        "linear",
+        "sqrt",
+        "none",
+        "linear_legw_warmup",
+        "sqrt_const_warmup",
+    }
 
 
 @pytest.mark.parametrize(

@@ -7,7 +7,13 @@ import numpy as np
 import pytest
 from numpy_reference import first_update_at, schedule_value
 
-from lbtrain.optim import epochs_to_steps, legw_schedule, scale_warmup_epochs, scheme_schedule, warmup_decay_schedule
+from lbtrain.optim import (
+    epochs_to_steps,
+    legw_schedule,
+    scale_warmup_epochs,
+    scheme_schedule,
+    warmup_decay_schedule,
+)
 
 
 def values(schedule, steps):
@@ -15,7 +21,9 @@ def values(schedule, steps):
 
 
 def test_linear_warmup_reaches_peak_at_warmup_end():
-    s = warmup_decay_schedule(0.8, warmup_epochs=2, num_epochs=10, steps_per_epoch=50, decay="constant")
+    s = warmup_decay_schedule(
+        0.8, warmup_epochs=2, num_epochs=10, steps_per_epoch=50, decay="constant"
+    )
     assert float(s(0)) == 0.0
     assert float(s(50)) == pytest.approx(0.4)
     assert float(s(99)) == pytest.approx(0.8 * 99 / 100)
@@ -52,9 +60,12 @@ def test_exponential_decay_per_epoch():
 
 
 def test_exponential_staircase_like_ptb_small():
-    # Zaremba small: lr 1.0, epochs 0..3 at 1.0, then x0.5 per epoch -> 0.5 ** max(epoch_index - 3, 0)
+    # Zaremba small: lr 1.0, epochs 0..3 at 1.0, then x0.5 per epoch ->
+    # 0.5 ** max(epoch_index - 3, 0)
     spe = 100
-    s = warmup_decay_schedule(1.0, 0, 13, spe, "exponential", rate=0.5, start_epoch=3, staircase=True)
+    s = warmup_decay_schedule(
+        1.0, 0, 13, spe, "exponential", rate=0.5, start_epoch=3, staircase=True
+    )
     for epoch_index in range(13):
         for within in (0, 57, 99):
             step = epoch_index * spe + within
@@ -84,7 +95,9 @@ def test_legw_keeps_warmup_steps_constant_across_batch_sizes():
     for k in [1, 2, 4, 16, 64]:
         batch = base_batch * k
         spe = n // batch
-        s = legw_schedule(base_lr, base_batch, batch, w0, spe, num_epochs=90, decay="poly", power=2.0)
+        s = legw_schedule(
+            base_lr, base_batch, batch, w0, spe, num_epochs=90, decay="poly", power=2.0
+        )
         peak = base_lr * math.sqrt(k)
         lr = values(s, range(int(expected_warmup_steps) + 2))
         first_peak = int(np.argmax(np.isclose(lr, peak, rtol=1e-6)))
@@ -128,7 +141,9 @@ def test_schedule_is_jittable():
 def test_exponential_decay_waits_for_a_long_warmup():
     # base recipe decays after epoch 3; a scaled warmup of 5 epochs pushes the start of decay to 5
     spe = 10
-    s = warmup_decay_schedule(1.0, 5, 13, spe, "exponential", rate=0.5, start_epoch=3, staircase=True)
+    s = warmup_decay_schedule(
+        1.0, 5, 13, spe, "exponential", rate=0.5, start_epoch=3, staircase=True
+    )
     assert float(s(49)) == pytest.approx(49 / 50)
     assert float(s(50)) == pytest.approx(1.0)
     assert float(s(69)) == pytest.approx(0.5)
@@ -146,14 +161,17 @@ DECAY_CASES = [
     ("exponential", {"rate": 0.5, "start_epoch": 0.3}),  # starts inside most warmups: clamped
     ("exponential", {"rate": 0.5, "start_epoch": 2, "staircase": True}),
     ("exponential", {"rate": 0.5, "start_epoch": 0.2, "staircase": True}),
-    ("multistep", {"boundaries": (0.3, 1.7, 3, 4.9), "factor": 0.5}),  # 0.3 falls inside most warmups
+    # 0.3 falls inside most warmups
+    ("multistep", {"boundaries": (0.3, 1.7, 3, 4.9), "factor": 0.5}),
     ("multistep", {"boundaries": (2.5, 0.1), "factor": 0.1}),
 ]
 WARMUPS = [0, 0.1, 0.45, 1, 1.35]
 STEPS_PER_EPOCH = [1, 3, 7.5, 10, 12.8, 2.5]
 
 
-@pytest.mark.parametrize("decay,kw", DECAY_CASES, ids=[f"{d}{i}" for i, (d, _) in enumerate(DECAY_CASES)])
+@pytest.mark.parametrize(
+    "decay,kw", DECAY_CASES, ids=[f"{d}{i}" for i, (d, _) in enumerate(DECAY_CASES)]
+)
 def test_every_schedule_at_every_step_against_the_reference(decay, kw):
     checked = 0
     for warm, spe in itertools.product(WARMUPS, STEPS_PER_EPOCH):
@@ -161,11 +179,24 @@ def test_every_schedule_at_every_step_against_the_reference(decay, kw):
         if first_update_at(warm, spe) >= first_update_at(num_epochs, spe):
             continue
         s = warmup_decay_schedule(0.8, warm, num_epochs, spe, decay, **kw)
-        steps = np.arange(90)  # past the end of every case (T <= 81); one shape, so eager ops compile once
-        want = [schedule_value(int(t), peak=0.8, warmup_epochs=warm, num_epochs=num_epochs, steps_per_epoch=spe,
-                               decay=decay, **kw) for t in steps]  # fmt: skip
+        # past the end of every case (T <= 81); one shape, so eager ops compile once
+        steps = np.arange(90)
+        want = [
+            schedule_value(
+                int(t),
+                peak=0.8,
+                warmup_epochs=warm,
+                num_epochs=num_epochs,
+                steps_per_epoch=spe,
+                decay=decay,
+                **kw,
+            )
+            for t in steps
+        ]
         got = np.asarray(s(steps))  # one call on the whole array of steps
-        np.testing.assert_allclose(got, want, rtol=2e-6, atol=1e-7, err_msg=f"warmup={warm} spe={spe}")
+        np.testing.assert_allclose(
+            got, want, rtol=2e-6, atol=1e-7, err_msg=f"warmup={warm} spe={spe}"
+        )
         checked += 1
     assert checked >= 25
 
@@ -184,16 +215,30 @@ def test_a_scalar_step_gives_the_value_of_the_array(decay, kw):
 
 @pytest.mark.parametrize(
     "epochs,spe,steps",
-    [(0.25, 10, 3), (0.45, 10, 5), (0.12, 10, 2), (0.1, 30, 3), (0.3, 10, 3), (2, 7.5, 15), (0.2, 12.8, 3), (1, 3, 3)],
+    [
+        (0.25, 10, 3),
+        (0.45, 10, 5),
+        (0.12, 10, 2),
+        (0.1, 30, 3),
+        (0.3, 10, 3),
+        (2, 7.5, 15),
+        (0.2, 12.8, 3),
+        (1, 3, 3),
+    ],
 )
 def test_epochs_become_the_first_update_at_or_past_them(epochs, spe, steps):
     """ceil(epochs * spe) in exact decimals: 0.1 * 30 is 3 (a float product would make it 4)."""
     assert epochs_to_steps(epochs, spe) == steps
-    assert Fraction(steps - 1) / Fraction(str(spe)) < Fraction(str(epochs)) <= Fraction(steps) / Fraction(str(spe))
+    assert (
+        Fraction(steps - 1) / Fraction(str(spe))
+        < Fraction(str(epochs))
+        <= Fraction(steps) / Fraction(str(spe))
+    )
 
 
 def test_warmup_length_is_the_stated_count_of_updates():
-    # 0.25 epochs of 10 updates: updates 0, 1, 2 ramp (epoch < 0.25), update 3 is the first at the peak
+    # 0.25 epochs of 10 updates: updates 0, 1, 2 ramp (epoch < 0.25), update 3 is the first at the
+    # peak
     s = warmup_decay_schedule(1.0, 0.25, 2, 10, "constant")
     np.testing.assert_allclose(np.asarray(s(np.arange(5))), [0, 1 / 3, 2 / 3, 1, 1], rtol=1e-6)
 
@@ -205,19 +250,25 @@ def test_multistep_boundaries_fire_at_the_first_update_past_them(spe):
     lr = np.asarray(s(np.arange(epochs_to_steps(7, spe))))
     for i, b in enumerate(boundaries):
         first = math.ceil(Fraction(str(b)) * Fraction(str(spe)))
-        assert lr[first - 1] == pytest.approx(0.5**i) and lr[first] == pytest.approx(0.5 ** (i + 1)), (b, spe)
+        assert lr[first - 1] == pytest.approx(0.5**i) and lr[first] == pytest.approx(
+            0.5 ** (i + 1)
+        ), (b, spe)
 
 
 def test_multistep_waits_for_the_end_of_warmup():
     # warmup 5 epochs x 10: a boundary at epoch 3 takes effect right after the peak update (step 50)
     s = warmup_decay_schedule(1.0, 5, 13, 10, "multistep", boundaries=(3, 8), factor=0.1)
-    np.testing.assert_allclose(np.asarray(s([49, 50, 51, 79, 80])), [0.98, 1.0, 0.1, 0.1, 0.01], rtol=1e-6)
+    np.testing.assert_allclose(
+        np.asarray(s([49, 50, 51, 79, 80])), [0.98, 1.0, 0.1, 0.1, 0.01], rtol=1e-6
+    )
 
 
 def test_past_the_end_the_schedule_holds_its_final_value():
     for decay, kw in DECAY_CASES:
         s = warmup_decay_schedule(0.8, 1, 6, 10, decay, **kw)
-        np.testing.assert_array_equal(np.asarray(s([60, 61, 1000, 10**6])), np.full(4, float(s(60))), err_msg=decay)
+        np.testing.assert_array_equal(
+            np.asarray(s([60, 61, 1000, 10**6])), np.full(4, float(s(60))), err_msg=decay
+        )
 
 
 def test_values_follow_x64():
@@ -229,7 +280,8 @@ def test_values_follow_x64():
 
 
 def test_scaled_warmup_is_exact():
-    # 0.1 * 3 is 0.30000000000000004 in float; the rule gives 0.3 and so 3 (not 4) updates at 10 per epoch
+    # 0.1 * 3 is 0.30000000000000004 in float; the rule gives 0.3 and so 3 (not 4) updates at 10 per
+    # epoch
     assert scale_warmup_epochs(0.1, 128, 384, "linear_epoch") == 0.3
     s = legw_schedule(0.1, 128, 384, 0.1, 10, 5, decay="constant")
     assert float(s(3)) == pytest.approx(0.1 * math.sqrt(3)) and float(s(2)) < 0.1 * math.sqrt(3)

@@ -12,7 +12,8 @@ SCRIPT = textwrap.dedent(
 
     loaded = sorted(m for m in sys.modules if m.startswith("lbtrain"))
     assert all(m == "lbtrain" or m.startswith("lbtrain.optim") for m in loaded), loaded
-    assert not any(m == "flax" or m.startswith("flax.") for m in sys.modules)  # masks see Flax boxes without it
+    assert not any(m == "flax" or m.startswith("flax.") for m in sys.modules)\
+  # masks see Flax boxes without it
 
     # least squares on a fixed problem, three chains of optax + lbtrain parts
     rng = np.random.default_rng(0)
@@ -27,7 +28,8 @@ SCRIPT = textwrap.dedent(
         "trust+sgd": optax.chain(scale_by_trust_ratio(eta=0.02), optax.sgd(0.5, momentum=0.9)),
         "masked lars": optax.chain(optax.masked(lars(0.5, eta=0.05), {"w": True, "b": False}),
                                    optax.masked(optax.sgd(0.1), {"w": False, "b": True})),
-        "injected lars": optax.inject_hyperparams(lars)(learning_rate=schedule, eta=0.05, weight_decay=1e-4),
+        "injected lars": optax.inject_hyperparams(lars)(learning_rate=schedule, eta=0.05,\
+ weight_decay=1e-4),
     }
     for name, tx in chains.items():
         p = {"w": jnp.full((8, 1), 0.1), "b": jnp.zeros((1,))}
@@ -48,6 +50,8 @@ SCRIPT = textwrap.dedent(
 
 
 def test_optim_alone_in_a_plain_optax_chain():
-    out = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True, timeout=300, check=False)
+    out = subprocess.run(
+        [sys.executable, "-c", SCRIPT], capture_output=True, text=True, timeout=300, check=False
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip().endswith("ok")
