@@ -1,7 +1,14 @@
 import numpy as np
 import pytest
 
-from lbtrain.data.batching import ArraySource, TrainBatches, epoch_order, eval_batches, process_slice, steps_per_epoch
+from lbtrain.data.batching import (
+    ArraySource,
+    TrainBatches,
+    epoch_order,
+    eval_batches,
+    process_slice,
+    steps_per_epoch,
+)
 from lbtrain.errors import ConfigError, ShardingError
 
 
@@ -32,7 +39,9 @@ def test_iterate_from_any_step_equals_random_access():
     gen = it.iterate(start_step=17)
     for step in range(17, 40):
         got = next(gen)
-        np.testing.assert_array_equal(got["y"], TrainBatches(source(), 8, seed=5).batch_at(step)["y"])
+        np.testing.assert_array_equal(
+            got["y"], TrainBatches(source(), 8, seed=5).batch_at(step)["y"]
+        )
         np.testing.assert_array_equal(got["x"], got["y"] * 10)
 
 
@@ -42,7 +51,9 @@ def test_processes_partition_every_global_batch():
     for step in [0, 5, 9, 13]:
         slices = [p.batch_at(step)["y"] for p in parts]
         assert all(len(s) == 4 for s in slices)
-        np.testing.assert_array_equal(np.sort(np.concatenate(slices)), np.sort(one.batch_at(step)["y"]))
+        np.testing.assert_array_equal(
+            np.sort(np.concatenate(slices)), np.sort(one.batch_at(step)["y"])
+        )
 
 
 def test_process_slice_requires_even_split():

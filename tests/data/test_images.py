@@ -1,4 +1,5 @@
-"""Image data: preprocessing shapes and ranges, TFDS imagenet2012 (mock) through the grain loader, digits."""
+"""Image data: preprocessing shapes and ranges, TFDS imagenet2012 (mock) through the grain loader,
+digits."""
 
 import numpy as np
 import pytest
@@ -15,10 +16,13 @@ def test_random_resized_crop_and_center_crop_shapes_and_content():
     # a constant image stays constant under crop + resize; the centre crop keeps the centre
     const = np.full((50, 90, 3), 77, np.uint8)
     assert np.all(images.random_resized_crop(const, 32, rng) == 77)
-    ramp = np.tile(np.arange(300, dtype=np.float32)[None, :, None] / 300 * 255, (150, 1, 3)).astype(np.uint8)
+    ramp = np.tile(np.arange(300, dtype=np.float32)[None, :, None] / 300 * 255, (150, 1, 3)).astype(
+        np.uint8
+    )
     center = images.center_crop(ramp, 64)
     assert center.shape == (64, 64, 3)
-    # shorter side 150 -> 73 (64 / 0.875), width 300 -> 146; the central 64 columns are around the middle value
+    # shorter side 150 -> 73 (64 / 0.875), width 300 -> 146; the central 64 columns are around the
+    # middle value
     assert abs(float(center[:, 32].mean()) - 127.5) < 4
     tiny = rng.integers(0, 256, (17, 47, 3)).astype(np.uint8)  # smaller than the crop: upsampled
     assert images.center_crop(tiny, 64).shape == (64, 64, 3)
@@ -28,17 +32,31 @@ def test_imagenet_train_and_eval_preprocessing_normalise_and_flip():
     rng = np.random.default_rng(1)
     record = {"image": rng.integers(0, 256, (90, 70, 3)).astype(np.uint8), "label": np.int64(5)}
     out = images.imagenet_train(record, np.random.default_rng(2), 48)
-    assert out["image"].shape == (48, 48, 3) and out["image"].dtype == np.float32 and out["label"] == 5
-    lo, hi = (0 - images.IMAGENET_MEAN) / images.IMAGENET_STD, (255 - images.IMAGENET_MEAN) / images.IMAGENET_STD
+    assert (
+        out["image"].shape == (48, 48, 3) and out["image"].dtype == np.float32 and out["label"] == 5
+    )
+    lo, hi = (
+        (0 - images.IMAGENET_MEAN) / images.IMAGENET_STD,
+        (255 - images.IMAGENET_MEAN) / images.IMAGENET_STD,
+    )
     assert np.all(out["image"] >= lo - 1e-5) and np.all(out["image"] <= hi + 1e-5)
     ev = images.imagenet_eval(record, None, 48)["image"]
     np.testing.assert_allclose(ev, images.imagenet_eval(record, None, 48)["image"])  # deterministic
     gray = {"image": rng.integers(0, 256, (40, 40)).astype(np.uint8), "label": 1}
     assert images.imagenet_train(gray, np.random.default_rng(0), 32)["image"].shape == (32, 32, 3)
     # flipping happens about half the time: a left-right ramp comes out mirrored for some seeds only
-    ramp = {"image": np.tile(np.linspace(0, 255, 64, dtype=np.uint8)[None, :, None], (64, 1, 3)), "label": 0}
-    slopes = [np.sign(np.diff(images.imagenet_train(ramp, np.random.default_rng(s), 32)["image"][0, :, 0]).sum())
-              for s in range(40)]  # fmt: skip
+    ramp = {
+        "image": np.tile(np.linspace(0, 255, 64, dtype=np.uint8)[None, :, None], (64, 1, 3)),
+        "label": 0,
+    }
+    slopes = [
+        np.sign(
+            np.diff(
+                images.imagenet_train(ramp, np.random.default_rng(s), 32)["image"][0, :, 0]
+            ).sum()
+        )
+        for s in range(40)
+    ]
     assert 8 < sum(s < 0 for s in slopes) < 32
 
 
@@ -54,15 +72,22 @@ def test_imagenet_from_tfds_mock_through_the_grain_loader():
         batches = data.train_batches(16, seed=0)
         assert batches.steps_per_epoch == 3
         b = batches.batch_at(4)
-        assert b["image"].shape == (16, 32, 32, 3) and b["image"].dtype == np.float32 and b["label"].shape == (16,)
+        assert (
+            b["image"].shape == (16, 32, 32, 3)
+            and b["image"].dtype == np.float32
+            and b["label"].shape == (16,)
+        )
         it = batches.iterate(4)
         first = next(it)
-        np.testing.assert_array_equal(first["image"], b["image"])  # iterate(start) == batch_at(start)
+        # iterate(start) == batch_at(start)
+        np.testing.assert_array_equal(first["image"], b["image"])
         # two processes read their halves of the same global batch
         halves = [data.train_batches(16, 0, p, 2).batch_at(4) for p in range(2)]
         np.testing.assert_array_equal(np.concatenate([h["image"] for h in halves]), b["image"])
         ev = list(data.eval_batches("eval", 20))
-        assert [e["image"].shape for e in ev] == [(20, 32, 32, 3)] * 3 and ev[-1]["weight"].sum() == 48 - 40
+        assert [e["image"].shape for e in ev] == [(20, 32, 32, 3)] * 3 and ev[-1][
+            "weight"
+        ].sum() == 48 - 40
 
 
 def test_grain_worker_processes_give_the_same_batches_as_in_process_reads():
@@ -96,7 +121,9 @@ def test_digits_examples_are_the_shifted_standardised_images():
     for i in (0, 5, 1496):
         for seed in range(4):
             dy, dx = np.random.default_rng(seed).integers(0, 3, 2)
-            want = np.pad(raw_train.arrays["image"][i].astype(np.float64), 1)[dy : dy + 8, dx : dx + 8]
+            want = np.pad(raw_train.arrays["image"][i].astype(np.float64), 1)[
+                dy : dy + 8, dx : dx + 8
+            ]
             want = (want - images.DIGITS_MEAN) / images.DIGITS_STD
             got = train_prep(train.record(i), np.random.default_rng(seed))
             assert got["image"].shape == (8, 8, 1) and got["image"].dtype == np.float32

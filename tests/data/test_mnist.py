@@ -36,7 +36,9 @@ def test_tfds_source_through_data_source_with_mock_data():
         assert len(train) == 24 and len(test) == 24 and dataset.num_train == 24
         batch = train[np.array([3, 0, 7])]
     assert batch["image"].shape == (3, 28, 28) and batch["image"].dtype == np.uint8
-    assert batch["label"].dtype == np.int32 and batch["label"].min() >= 0 and batch["label"].max() < 10
+    assert (
+        batch["label"].dtype == np.int32 and batch["label"].min() >= 0 and batch["label"].max() < 10
+    )
 
 
 def test_missing_tfds_data_is_one_clear_error(tmp_path):

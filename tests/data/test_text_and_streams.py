@@ -14,8 +14,19 @@ def lm_load(keys: dict, workdir: str | None = None) -> lm_corpus.Corpus:
 
 def test_tokenize_ptb_style():
     assert tokenize("And God said, Let there be LIGHT: 3,000 days [were] 12.5 o'clock.") == [
-        "and", "god", "said", "let", "there", "be", "light", "N", "days", "were", "N", "o'clock",
-    ]  # fmt: skip
+        "and",
+        "god",
+        "said",
+        "let",
+        "there",
+        "be",
+        "light",
+        "N",
+        "days",
+        "were",
+        "N",
+        "o'clock",
+    ]
 
 
 def write_ptb(tmp_path, files=("train", "valid", "test")):
@@ -32,19 +43,35 @@ def test_vocab_built_on_train_only_and_saved(tmp_path):
     write_ptb(tmp_path)
     workdir = tmp_path / "run"
     corpus = lm_load({"corpus": "ptb", "dir": str(tmp_path), "vocab_size": 6}, str(workdir))
-    # train counts: the 3, cat 2, sat 2, ... -> <eos>, <unk>, then the 4 most frequent (ties alphabetical)
+    # train counts: the 3, cat 2, sat 2, ... -> <eos>, <unk>, then the 4 most frequent (ties
+    # alphabetical)
     assert corpus.vocab.words == [EOS, UNK, "the", "cat", "sat", "a"]
     v = corpus.vocab.index
-    assert corpus.valid.tolist() == [v["the"], v["cat"], v["sat"], v[EOS], v["the"], v[UNK], v[UNK], v[EOS]]
+    assert corpus.valid.tolist() == [
+        v["the"],
+        v["cat"],
+        v["sat"],
+        v[EOS],
+        v["the"],
+        v[UNK],
+        v[UNK],
+        v[EOS],
+    ]
     assert len(corpus.train) == 6 + 1 + 3 + 1 + 3 + 1
     assert Vocab.load(str(workdir / "vocab.json")).words == corpus.vocab.words
     # a second load in the same workdir reuses the saved vocabulary (same text, same size) ...
     saved = (workdir / "vocab.json").stat().st_mtime_ns
     again = lm_load({"corpus": "ptb", "dir": str(tmp_path), "vocab_size": 6}, str(workdir))
-    assert again.vocab.words == corpus.vocab.words and (workdir / "vocab.json").stat().st_mtime_ns == saved
+    assert (
+        again.vocab.words == corpus.vocab.words
+        and (workdir / "vocab.json").stat().st_mtime_ns == saved
+    )
     # ... and rebuilds one made for another size or from another text
     bigger = lm_load({"corpus": "ptb", "dir": str(tmp_path), "vocab_size": 50}, str(workdir))
-    assert len(bigger.vocab) == 10 and Vocab.load(str(workdir / "vocab.json")).words == bigger.vocab.words
+    assert (
+        len(bigger.vocab) == 10
+        and Vocab.load(str(workdir / "vocab.json")).words == bigger.vocab.words
+    )
 
 
 def test_stale_vocab_from_another_corpus_is_rebuilt(tmp_path, capsys):
@@ -59,7 +86,10 @@ def test_stale_vocab_from_another_corpus_is_rebuilt(tmp_path, capsys):
     corpus = lm_load({"corpus": "ptb", "dir": str(tmp_path), "vocab_size": 6}, str(workdir))
     assert corpus.vocab.words == [EOS, UNK, "the", "cat", "sat", "a"]
     assert Vocab.load(str(workdir / "vocab.json")).words == corpus.vocab.words
-    assert f"rebuilding {workdir / 'vocab.json'}: it was built from other data (train_tokens_sha256: " in capsys.readouterr().err
+    assert (
+        f"rebuilding {workdir / 'vocab.json'}: it was built from other data (train_tokens_sha256: "
+        in capsys.readouterr().err
+    )
 
 
 def test_empty_ptb_file_names_it(tmp_path):
@@ -67,11 +97,15 @@ def test_empty_ptb_file_names_it(tmp_path):
     (tmp_path / "ptb.train.txt").write_text("\n\n")
     with pytest.raises(DataError) as err:
         lm_load({"corpus": "ptb", "dir": str(tmp_path), "vocab_size": 10})
-    assert str(err.value) == (f"PTB file {tmp_path / 'ptb.train.txt'} is empty: copy ptb.train.txt again from "
-                              f"{lm_corpus.PTB_SOURCE}")  # fmt: skip
+    assert str(err.value) == (
+        f"PTB file {tmp_path / 'ptb.train.txt'} is empty: copy ptb.train.txt again from "
+        f"{lm_corpus.PTB_SOURCE}"
+    )
 
 
-@pytest.mark.parametrize("content", [b"\x1f\x8b\x08\x00\xff\xfe gzip-like", b"the cat\x00\x00\x01 sat"])
+@pytest.mark.parametrize(
+    "content", [b"\x1f\x8b\x08\x00\xff\xfe gzip-like", b"the cat\x00\x00\x01 sat"]
+)
 def test_binary_ptb_file_names_it(tmp_path, content):
     write_ptb(tmp_path)
     (tmp_path / "ptb.valid.txt").write_bytes(content)
@@ -90,12 +124,17 @@ def test_ptb_and_vocab_on_gcs(gcs, tmp_path):
         (data / f.name).write_text(f.read_text())
     corpus = lm_load({"corpus": "ptb", "dir": str(data), "vocab_size": 6}, f"{gcs.root}/run")
     assert corpus.vocab.words == [EOS, UNK, "the", "cat", "sat", "a"]
-    assert Vocab.from_bytes((epath.Path(gcs.root) / "run" / "vocab.json").read_bytes()).words == corpus.vocab.words
+    assert (
+        Vocab.from_bytes((epath.Path(gcs.root) / "run" / "vocab.json").read_bytes()).words
+        == corpus.vocab.words
+    )
 
 
 def test_missing_ptb_file_names_it(tmp_path):
     write_ptb(tmp_path, files=("train", "test"))
-    with pytest.raises(DataError, match=r"PTB file ptb.valid.txt not found in .*simple-examples.tgz"):
+    with pytest.raises(
+        DataError, match=r"PTB file ptb.valid.txt not found in .*simple-examples.tgz"
+    ):
         lm_load({"corpus": "ptb", "dir": str(tmp_path), "vocab_size": 10})
 
 
@@ -124,7 +163,8 @@ def test_stream_layout_every_token_once_in_order(processes):
     b = parts[0].batch_at(3)
     np.testing.assert_array_equal(b["targets"], b["inputs"] + 1)
     assert parts[0].batch_at(0)["reset"].tolist() == [1.0] * (batch // processes)
-    assert parts[0].batch_at(spe)["reset"].tolist() == [1.0] * (batch // processes)  # next epoch resets
+    # next epoch resets
+    assert parts[0].batch_at(spe)["reset"].tolist() == [1.0] * (batch // processes)
     assert parts[0].batch_at(1)["reset"].sum() == 0
 
 
@@ -136,7 +176,8 @@ def test_eval_windows_score_every_predictable_token_once():
         weights.append(b["weight"])
     t, w = np.concatenate(targets, 1), np.concatenate(weights, 1)
     scored = t[w > 0]
-    assert sorted(scored.tolist()) == list(range(1, 4 * 25 + 1))  # (103 - 1) // 4 = 25 tokens per row
+    # (103 - 1) // 4 = 25 tokens per row
+    assert sorted(scored.tolist()) == list(range(1, 4 * 25 + 1))
 
 
 def test_unigram_perplexity_by_hand():

@@ -10,8 +10,17 @@ from lbtrain.data import DataError, parallel_text, subword, translation
 
 def numbers_keys(**kw) -> dict:
     """The ``data`` keys of a small numbers corpus."""
-    return dict(dict(corpus="numbers", num_train=600, num_eval=40, split_seed=0, max_digits=3,
-                     numbers_per_sentence=3), **kw)
+    return dict(
+        dict(
+            corpus="numbers",
+            num_train=600,
+            num_eval=40,
+            split_seed=0,
+            max_digits=3,
+            numbers_per_sentence=3,
+        ),
+        **kw,
+    )
 
 
 def cfg(**kw) -> dict:
@@ -47,7 +56,8 @@ def test_subword_model_round_trips_and_is_reused_from_the_workdir(tmp_path):
     for sentence in pairs["test"][0][:10] + pairs["test"][1][:10]:
         ids = sp.encode(sentence, out_type=int)
         assert all(i > subword.EOS for i in ids)  # pieces never collide with pad/unk/bos/eos ...
-        assert subword.decode(sp, ids + [subword.EOS, 7, 8]) == sentence  # ... and decode stops at eos
+        # ... and decode stops at eos
+        assert subword.decode(sp, ids + [subword.EOS, 7, 8]) == sentence
     # the same text trains the same model byte for byte; a saved model is reused, not retrained ...
     assert subword.train(text, 120) == open(path, "rb").read()
     saved = os.stat(path).st_mtime_ns
@@ -70,8 +80,11 @@ def test_bucketed_batches_cover_every_pair_once_and_pad_little(tmp_path):
     assert not np.array_equal(batches.epoch_batches(1), batches.epoch_batches(0))
     lengths = data.train_src.lengths
     sorted_spread = np.mean([np.ptp(lengths[b]) for b in batches.epoch_batches(0)])
-    random_spread = np.mean([np.ptp(lengths[np.random.default_rng(i).choice(600, 32)]) for i in range(steps)])
-    assert sorted_spread < 0.5 * random_spread  # windows sorted by length: batches of similar lengths
+    random_spread = np.mean(
+        [np.ptp(lengths[np.random.default_rng(i).choice(600, 32)]) for i in range(steps)]
+    )
+    # windows sorted by length: batches of similar lengths
+    assert sorted_spread < 0.5 * random_spread
     for step in range(steps):
         b = batches.batch_at(step)
         width = b["src"].shape[1]
@@ -89,7 +102,10 @@ def test_bucketed_batches_cover_every_pair_once_and_pad_little(tmp_path):
 def test_processes_get_their_slices_of_the_same_padded_global_batch(tmp_path):
     data = translation.load(**cfg(), workdir=str(tmp_path))
     whole = data.train_batches(32, seed=0).batch_at(5)
-    parts = [data.train_batches(32, seed=0, process_index=p, process_count=2).batch_at(5) for p in range(2)]
+    parts = [
+        data.train_batches(32, seed=0, process_index=p, process_count=2).batch_at(5)
+        for p in range(2)
+    ]
     for k in whole:
         np.testing.assert_array_equal(np.concatenate([p[k] for p in parts]), whole[k])
 
@@ -114,7 +130,9 @@ def test_eval_batches_cover_the_split_in_sorted_order_and_bleu_of_the_references
     batches = list(data.eval_batches("valid", 16))
     assert len(batches) == 3 and batches[-1]["weight"].sum() == 40 - 32
     width = max(b["tgt_out"].shape[1] for b in batches)
-    rows = np.concatenate([np.pad(b["tgt_out"], ((0, 0), (0, width - b["tgt_out"].shape[1]))) for b in batches])[:40]
+    rows = np.concatenate(
+        [np.pad(b["tgt_out"], ((0, 0), (0, width - b["tgt_out"].shape[1]))) for b in batches]
+    )[:40]
     assert np.all(np.diff(ev.src.lengths) >= 0)  # sorted by source length
     # the reference ids decoded back give the raw references: BLEU 100; a wrong order scores lower
     perfect, samples = data.score("valid", rows)
@@ -122,7 +140,8 @@ def test_eval_batches_cover_the_split_in_sorted_order_and_bleu_of_the_references
     shuffled, _ = data.score("valid", rows[::-1])
     assert shuffled["bleu"] < 50
     raw = parallel_text.load_pairs(**numbers_keys())["valid"]
-    assert samples[0] == (raw[0][0], raw[1][0], raw[1][0])  # samples are the split's first sentences
+    # samples are the split's first sentences
+    assert samples[0] == (raw[0][0], raw[1][0], raw[1][0])
     with pytest.raises(ValueError, match="hypotheses"):
         data.score("valid", rows[:5])
 
@@ -132,8 +151,10 @@ def test_bible_corpus_uses_public_domain_versions_and_a_chapter_split():
     n = {k: len(v[0]) for k, v in pairs.items()}
     assert sum(n.values()) == 31_102  # every verse has text in both versions
     assert 0.03 < n["test"] / sum(n.values()) < 0.07 and 0.03 < n["valid"] / sum(n.values()) < 0.07
-    assert pairs["test"][0][0] == "In the beginning God created the heaven and the earth."  # Genesis 1 = chapter 0
-    assert pairs["test"][1][0] == "Im Anfang schuf Gott die Himmel und die Erde."  # Elberfelder 1905
+    # Genesis 1 = chapter 0
+    assert pairs["test"][0][0] == "In the beginning God created the heaven and the earth."
+    # Elberfelder 1905
+    assert pairs["test"][1][0] == "Im Anfang schuf Gott die Himmel und die Erde."
     with pytest.raises(DataError, match="no language 'xx'"):
         parallel_text.load_pairs(corpus="bible", source_lang="xx")
 
@@ -143,7 +164,11 @@ def test_wmt16_reads_tfds_through_data_source_with_mock_data():
 
     with tfds.testing.mock_data(num_examples=12):
         pairs = parallel_text.load_pairs(corpus="wmt16", max_train_pairs=10)
-    assert len(pairs["train"][0]) == 10 and len(pairs["valid"][0]) == 12 and len(pairs["test"][1]) == 12
+    assert (
+        len(pairs["train"][0]) == 10
+        and len(pairs["valid"][0]) == 12
+        and len(pairs["test"][1]) == 12
+    )
     assert all(isinstance(s, str) and s for s in pairs["train"][0] + pairs["train"][1])
 
 

@@ -1,5 +1,5 @@
-"""GNMT: padding never changes real positions, attention sums to 1 over real tokens, the layout of the
-encoder/decoder, label smoothing in the fused head, and step-wise decoding = teacher forcing."""
+"""GNMT: padding never changes real positions, attention sums to 1 over real tokens, the layout of
+the encoder/decoder, label smoothing in the fused head, and step-wise decoding = teacher forcing."""
 
 import jax
 import jax.numpy as jnp
@@ -16,7 +16,9 @@ V = 19
 
 
 def model(num_layers=4, hidden=8, **kw):
-    m = GNMT(rngs=nnx.Rngs(0), vocab_size=V, hidden_size=hidden, num_layers=num_layers, dropout=0.0, **kw)
+    m = GNMT(
+        rngs=nnx.Rngs(0), vocab_size=V, hidden_size=hidden, num_layers=num_layers, dropout=0.0, **kw
+    )
     m.eval()
     return m
 
@@ -40,9 +42,14 @@ def test_padding_changes_neither_encoder_outputs_nor_loss_of_real_tokens():
     rng = np.random.default_rng(0)
     src = sentences(rng, [5, 3, 7], 7)
     tgt = sentences(rng, [4, 6, 2], 6)
-    tgt_in = jnp.concatenate([jnp.full((3, 1), 2), tgt[:, :-1]], 1) * (jnp.arange(6) <= jnp.asarray([4, 6, 2])[:, None])
+    tgt_in = jnp.concatenate([jnp.full((3, 1), 2), tgt[:, :-1]], 1) * (
+        jnp.arange(6) <= jnp.asarray([4, 6, 2])[:, None]
+    )
     tgt_out = tgt
-    wide = lambda x, n: jnp.pad(x, ((0, 0), (0, n)))  # noqa: E731  more padding columns
+
+    def wide(x, n):  # more padding columns
+        return jnp.pad(x, ((0, 0), (0, n)))
+
     mem, mask = m.encode(src)
     mem_w, mask_w = m.encode(wide(src, 5))
     real = np.asarray(mask)
@@ -55,7 +62,9 @@ def test_padding_changes_neither_encoder_outputs_nor_loss_of_real_tokens():
     # each sentence alone (no batch-mates, no padding at all) gives the same total
     alone = 0.0
     for i, (ns, nt) in enumerate([(5, 4), (3, 6), (7, 2)]):
-        alone += float(m.loss(src[i : i + 1, :ns], tgt_in[i : i + 1, :nt], tgt_out[i : i + 1, :nt])[0])
+        alone += float(
+            m.loss(src[i : i + 1, :ns], tgt_in[i : i + 1, :nt], tgt_out[i : i + 1, :nt])[0]
+        )
     np.testing.assert_allclose(float(loss), alone, rtol=1e-5)
 
 
@@ -66,7 +75,9 @@ def test_bidirectional_layer_reads_each_sentence_from_its_own_end():
     src = jnp.asarray([[5, 6, 7, 0, 0]])
     mem = m.encode(src)[0]
     changed_last = m.encode(src.at[0, 2].set(9))[0]
-    assert float(jnp.abs(changed_last[0, 0] - mem[0, 0]).max()) > 1e-3 * float(jnp.abs(mem[0, 0]).max())
+    assert float(jnp.abs(changed_last[0, 0] - mem[0, 0]).max()) > 1e-3 * float(
+        jnp.abs(mem[0, 0]).max()
+    )
     # the backward LSTM's first step reads token 7 (the last real one) from a zero state
     x = m.src_embed(src)
     bw, _ = m.enc_bw(reverse_within_length(x, jnp.asarray([3])))
@@ -95,7 +106,8 @@ def test_layout_bidirectional_first_layer_and_residual_widths():
     enc = [params["encoder"][i]["input_kernel"].shape for i in range(3)]
     assert enc == [(16, 32), (8, 32), (8, 32)]  # bi output (2H) -> H, then H -> H with residuals
     dec = [params["decoder"][i]["input_kernel"].shape for i in range(4)]
-    assert dec == [(8, 32), (16, 32), (16, 32), (16, 32)]  # every layer above the bottom gets [x, context]
+    # every layer above the bottom gets [x, context]
+    assert dec == [(8, 32), (16, 32), (16, 32), (16, 32)]
     assert params["output_kernel"].shape == (V, 8)
     with pytest.raises(ConfigError, match="num_layers >= 2"):
         GNMT(rngs=nnx.Rngs(0), vocab_size=V, hidden_size=8, num_layers=1)
@@ -114,9 +126,9 @@ def test_label_smoothing_matches_optax_smoothed_cross_entropy():
         labels = optax.smooth_labels(jax.nn.one_hot(targets, vocab), eps)
         return jnp.sum(optax.softmax_cross_entropy(h @ kernel.T + bias, labels) * weights)
 
-    got = jax.value_and_grad(lambda *a: softmax_cross_entropy_head(*a, targets, weights, eps), argnums=(0, 1, 2))(
-        h, kernel, bias
-    )
+    got = jax.value_and_grad(
+        lambda *a: softmax_cross_entropy_head(*a, targets, weights, eps), argnums=(0, 1, 2)
+    )(h, kernel, bias)
     ref = jax.value_and_grad(reference, argnums=(0, 1, 2))(h, kernel, bias)
     np.testing.assert_allclose(got[0], ref[0], rtol=1e-5)
     for a, b in zip(got[1], ref[1]):
@@ -130,7 +142,9 @@ def test_train_loss_smooths_and_eval_loss_does_not():
     logits = m(src, tgt)
     plain = -jnp.sum(jax.nn.log_softmax(logits)[jnp.arange(2)[:, None], jnp.arange(3), tgt])
     np.testing.assert_allclose(m.loss(src, tgt, tgt, label_smoothing=0.0)[0], plain, rtol=1e-5)
-    smoothed = jnp.sum(optax.softmax_cross_entropy(logits, optax.smooth_labels(jax.nn.one_hot(tgt, V), 0.2)))
+    smoothed = jnp.sum(
+        optax.softmax_cross_entropy(logits, optax.smooth_labels(jax.nn.one_hot(tgt, V), 0.2))
+    )
     np.testing.assert_allclose(m.loss(src, tgt, tgt)[0], smoothed, rtol=1e-5)
 
 

@@ -24,7 +24,9 @@ def test_head_value_and_gradients_match_autodiff_reference():
     bias = jnp.asarray(rng.normal(size=vocab), jnp.float32)
     targets = jnp.asarray(rng.integers(0, vocab, n))
     weights = jnp.asarray(rng.integers(0, 2, n), jnp.float32)  # some padding
-    got = jax.value_and_grad(softmax_cross_entropy_head, argnums=(0, 1, 2))(h, kernel, bias, targets, weights)
+    got = jax.value_and_grad(softmax_cross_entropy_head, argnums=(0, 1, 2))(
+        h, kernel, bias, targets, weights
+    )
     ref = jax.value_and_grad(reference_head, argnums=(0, 1, 2))(h, kernel, bias, targets, weights)
     np.testing.assert_allclose(got[0], ref[0], rtol=1e-6)
     for a, b in zip(got[1], ref[1]):
@@ -59,7 +61,9 @@ def test_lm_init_is_uniform_in_init_scale_and_tying_shares_the_embedding():
     x = jnp.zeros((1, 2), jnp.int32)
     logits, _ = tied(x)
     h, _ = tied.features(x)
-    np.testing.assert_allclose(logits, h @ tied.embed.embedding[...].T + tied.output_bias[...], atol=1e-6)
+    np.testing.assert_allclose(
+        logits, h @ tied.embed.embedding[...].T + tied.output_bias[...], atol=1e-6
+    )
 
 
 @pytest.mark.parametrize("custom", [True, False])

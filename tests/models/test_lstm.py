@@ -16,7 +16,10 @@ def sigmoid(x):
 def numpy_lstm(x, wx, wh, b, c, h):
     """Reference in float64 NumPy with the four gates as separate matrices (order i, f, g, o)."""
     hid = wh.shape[0]
-    gates = lambda w: [w[..., k * hid : (k + 1) * hid] for k in range(4)]  # noqa: E731
+
+    def gates(w):
+        return [w[..., k * hid : (k + 1) * hid] for k in range(4)]
+
     (wxi, wxf, wxg, wxo), (whi, whf, whg, who), (bi, bf, bg, bo) = gates(wx), gates(wh), gates(b)
     outs = []
     for t in range(x.shape[1]):
@@ -36,8 +39,12 @@ def jnp_reference_loss(wx, wh, b, x, c, h, probe):
     hid = wh.shape[0]
     loss = 0.0
     for t in range(x.shape[1]):
-        z = [x[:, t] @ wx[:, k * hid : (k + 1) * hid] + h @ wh[:, k * hid : (k + 1) * hid] + b[k * hid : (k + 1) * hid]
-             for k in range(4)]  # fmt: skip
+        z = [
+            x[:, t] @ wx[:, k * hid : (k + 1) * hid]
+            + h @ wh[:, k * hid : (k + 1) * hid]
+            + b[k * hid : (k + 1) * hid]
+            for k in range(4)
+        ]
         c = jax.nn.sigmoid(z[1]) * c + jax.nn.sigmoid(z[0]) * jnp.tanh(z[2])
         h = jax.nn.sigmoid(z[3]) * jnp.tanh(c)
         loss = loss + jnp.sum(h * probe[:, t])
@@ -54,7 +61,11 @@ def make_layer(d=5, hid=7, unroll=1, seed=0):
 def test_parameter_layout_and_forget_bias():
     layer = LSTM(5, 7, rngs=nnx.Rngs(0))
     params = nnx.to_pure_dict(nnx.split(layer, nnx.Param)[1])
-    assert {k: v.shape for k, v in params.items()} == {"input_kernel": (5, 28), "recurrent_kernel": (7, 28), "bias": (28,)}
+    assert {k: v.shape for k, v in params.items()} == {
+        "input_kernel": (5, 28),
+        "recurrent_kernel": (7, 28),
+        "bias": (28,),
+    }
     b = np.asarray(params["bias"])
     assert np.all(b[7:14] == 1.0) and np.all(b[:7] == 0) and np.all(b[14:] == 0)
 
@@ -67,8 +78,14 @@ def test_forward_matches_numpy_reference(unroll):
     c0, h0 = (rng.normal(size=(3, 7)).astype(np.float32) for _ in range(2))
     out, (c, h) = layer(jnp.asarray(x), (jnp.asarray(c0), jnp.asarray(h0)))
     ref_out, ref_c, ref_h = numpy_lstm(
-        x.astype(np.float64), *(np.asarray(p, np.float64) for p in (layer.input_kernel[...],
-        layer.recurrent_kernel[...], layer.bias[...])), c0.astype(np.float64), h0.astype(np.float64))  # fmt: skip
+        x.astype(np.float64),
+        *(
+            np.asarray(p, np.float64)
+            for p in (layer.input_kernel[...], layer.recurrent_kernel[...], layer.bias[...])
+        ),
+        c0.astype(np.float64),
+        h0.astype(np.float64),
+    )
     np.testing.assert_allclose(out, ref_out, atol=1e-5)
     np.testing.assert_allclose(c, ref_c, atol=1e-5)
     np.testing.assert_allclose(h, ref_h, atol=1e-5)
@@ -132,7 +149,8 @@ def test_mnist_lstm_reads_rows_and_rejects_bad_shapes():
     images = jnp.asarray(np.random.default_rng(5).integers(0, 256, size=(3, 28, 28)), jnp.uint8)
     logits = model(images)
     assert logits.shape == (3, 10) and logits.dtype == jnp.float32
-    # the classifier sees the last hidden state of the LSTM over the 28 rows, pixels scaled to [0, 1]
+    # the classifier sees the last hidden state of the LSTM over the 28 rows, pixels scaled to
+    # [0, 1]
     _, (_, h) = model.lstm(images.astype(jnp.float32) / 255.0)
     np.testing.assert_allclose(logits, model.head(h), atol=1e-6)
     with pytest.raises(ValueError, match="expects"):
