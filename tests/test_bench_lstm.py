@@ -14,7 +14,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 @functools.cache  # once per process: the module defines absl flags, which may be defined only once
 def load_bench():
-    spec = importlib.util.spec_from_file_location("bench_lstm", os.path.join(ROOT, "scripts/bench_lstm.py"))
+    spec = importlib.util.spec_from_file_location(
+        "bench_lstm", os.path.join(ROOT, "scripts/bench_lstm.py")
+    )
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -22,8 +24,9 @@ def load_bench():
 
 def test_flop_count_by_hand():
     bench = load_bench()
-    # PTB-medium, batch 20, T 35: per token, each layer: 4 gates x (650 inputs + 650 recurrent) x 650 outputs
-    # multiply-adds; softmax: 650 x 10000 multiply-adds. x2 FLOPs per MAC, x3 for forward + backward.
+    # PTB-medium, batch 20, T 35: per token, each layer: 4 gates x (650 inputs + 650 recurrent) x
+    # 650 outputs multiply-adds; softmax: 650 x 10000 multiply-adds. x2 FLOPs per MAC, x3 for
+    # forward + backward.
     per_token_macs = 2 * 4 * 650 * (650 + 650) + 650 * 10_000
     assert bench.step_flops(650, 20, 35) == pytest.approx(3 * 2 * per_token_macs * 20 * 35)
 
@@ -32,17 +35,30 @@ def test_flop_count_by_hand():
 def test_tiny_run_writes_json(tmp_path):
     out = tmp_path / "bench.json"
     proc = subprocess.run(
-        [sys.executable, "scripts/bench_lstm.py", "--sizes=small", "--batches=4", "--rounds=1", "--min_time=0.01",
-         "--impls=lbtrain,lbtrain-autodiff-both,flax,torch", f"--json={out}"],
-        cwd=ROOT, capture_output=True, text=True, timeout=600,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "scripts/bench_lstm.py",
+            "--sizes=small",
+            "--batches=4",
+            "--rounds=1",
+            "--min_time=0.01",
+            "--impls=lbtrain,lbtrain-autodiff-both,flax,torch",
+            f"--json={out}",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads(out.read_text())
     row = result["results"][0]
     assert row["batch"] == 4 and row["size"] == "small"
     for impl in ("lbtrain", "lbtrain-autodiff-both", "flax"):
         assert row[impl]["tokens_per_s"] > 0 and 0 < row[impl]["peak_fraction"]
-    assert row["lbtrain_over_flax"] == pytest.approx(row["lbtrain"]["tokens_per_s"] / row["flax"]["tokens_per_s"])
+    assert row["lbtrain_over_flax"] == pytest.approx(
+        row["lbtrain"]["tokens_per_s"] / row["flax"]["tokens_per_s"]
+    )
     try:
         import torch  # noqa: F401
 
@@ -55,25 +71,52 @@ def test_tiny_run_writes_json(tmp_path):
 def test_loop_mode_times_the_loop_its_bare_step_and_a_variant(tmp_path):
     out = tmp_path / "loop.json"
     proc = subprocess.run(
-        [sys.executable, "scripts/bench_lstm.py", "--mode=loop", "--loop_config=configs/ptb_lstm.py:runlocal=True",
-         "--batches=8", "--rounds=1", "--loop_tokens=100", "--variants=log_every_steps=1", "--profile=3",
-         f"--json={out}"],
-        cwd=ROOT, capture_output=True, text=True, timeout=600,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "scripts/bench_lstm.py",
+            "--mode=loop",
+            "--loop_config=configs/ptb_lstm.py:runlocal=True",
+            "--batches=8",
+            "--rounds=1",
+            "--loop_tokens=100",
+            "--variants=log_every_steps=1",
+            "--profile=3",
+            f"--json={out}",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads(out.read_text())
     row = result["results"][0]
     assert row["batch"] == 8 and row["tokens_per_step"] == 8 * 20  # runlocal: T = 20
-    assert row["steps_per_round"] == 8 and row["log_every_steps"] == 2  # at least 8 updates, 4 logged windows
+    # at least 8 updates, 4 logged windows
+    assert row["steps_per_round"] == 8 and row["log_every_steps"] == 2
     tps = row["tokens_per_s"]
-    assert {"loop", "loop log_every_steps=1", "bare step"} <= set(tps) and all(v > 0 for v in tps.values())
+    assert {"loop", "loop log_every_steps=1", "bare step"} <= set(tps) and all(
+        v > 0 for v in tps.values()
+    )
     assert row["loop_over_bare_step"] == pytest.approx(tps["loop"] / tps["bare step"])
-    assert result["code"]["commit"] and result["versions"]["jax"] and result["hardware"]["cpu_count"]
+    assert (
+        result["code"]["commit"] and result["versions"]["jax"] and result["hardware"]["cpu_count"]
+    )
     assert ("torch loop" in tps) == ("torch" in result["versions"])
-    # --profile: the bare step's bound, its parts consistent with each other and with the hand FLOP count
-    bound, cfg = row["bare_step_bound"], {"hidden": 128, "vocab": 2000}  # runlocal: 2 x 128, 2k vocab
-    assert bound["step_gflop"] * 1e9 == pytest.approx(load_bench().step_flops(cfg["hidden"], 8, 20, cfg["vocab"]))
-    assert bound["matmul_floor_ms"] == pytest.approx(1e3 * bound["step_gflop"] / bound["matmul_peak_gflops"])
-    assert bound["tokens_per_s_at_floor"] == pytest.approx(8 * 20 / (bound["matmul_floor_ms"] / 1e3))
-    assert 0 < bound["matmul_ms"] and bound["minor_page_faults_per_step"] >= 0 and bound["wall_ms"] > 0
+    # --profile: the bare step's bound, its parts consistent with each other and with the hand FLOP
+    # count
+    # runlocal: 2 x 128, 2k vocab
+    bound, cfg = row["bare_step_bound"], {"hidden": 128, "vocab": 2000}
+    assert bound["step_gflop"] * 1e9 == pytest.approx(
+        load_bench().step_flops(cfg["hidden"], 8, 20, cfg["vocab"])
+    )
+    assert bound["matmul_floor_ms"] == pytest.approx(
+        1e3 * bound["step_gflop"] / bound["matmul_peak_gflops"]
+    )
+    assert bound["tokens_per_s_at_floor"] == pytest.approx(
+        8 * 20 / (bound["matmul_floor_ms"] / 1e3)
+    )
+    assert (
+        0 < bound["matmul_ms"] and bound["minor_page_faults_per_step"] >= 0 and bound["wall_ms"] > 0
+    )
     assert "of which matmuls" in proc.stdout

@@ -1,4 +1,5 @@
-"""scripts/bench_resnet.py runs end to end on a tiny setting and reports consistent numbers (no timing asserted)."""
+"""scripts/bench_resnet.py runs end to end on a tiny setting and reports consistent numbers (no
+timing asserted)."""
 
 import json
 import os
@@ -14,10 +15,21 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 def test_tiny_run_writes_json(tmp_path):
     out = tmp_path / "bench.json"
     proc = subprocess.run(
-        [sys.executable, "scripts/bench_resnet.py", "--depth=18", "--image_size=16", "--batches=2,4", "--rounds=1",
-         "--min_time=0", f"--json={out}"],
-        cwd=ROOT, capture_output=True, text=True, timeout=600,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "scripts/bench_resnet.py",
+            "--depth=18",
+            "--image_size=16",
+            "--batches=2,4",
+            "--rounds=1",
+            "--min_time=0",
+            f"--json={out}",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads(out.read_text())
     assert [r["batch"] for r in result["rows"]] == [2, 4]

@@ -15,14 +15,23 @@ from lbtrain.checkpoint import Checkpointer
 from lbtrain.errors import DivergedError
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-ARGS = ["--config=configs/mnist_lstm.py:runlocal=True,batch=32", "--config.log_every_steps=1",
-        "--config.checkpoint_every_epochs=0.2"]  # fmt: skip  250 steps, a checkpoint every 25
+ARGS = [
+    "--config=configs/mnist_lstm.py:runlocal=True,batch=32",
+    "--config.log_every_steps=1",
+    "--config.checkpoint_every_epochs=0.2",
+]  # 250 steps, a checkpoint every 25
 
 
 def start(workdir, devices):
     env = dict(os.environ, XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}")
-    return subprocess.Popen([sys.executable, "-m", "lbtrain.main", *ARGS, f"--workdir={workdir}"], cwd=ROOT, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)  # fmt: skip
+    return subprocess.Popen(
+        [sys.executable, "-m", "lbtrain.main", *ARGS, f"--workdir={workdir}"],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
 
 
 def final_params(workdir):
@@ -36,7 +45,8 @@ def final_params(workdir):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("devices", [8])  # one device: test_gcs_run.py does the same through a gs:// workdir
+# one device: test_gcs_run.py does the same through a gs:// workdir
+@pytest.mark.parametrize("devices", [8])
 def test_sigkill_and_resume_is_bit_identical(tmp_path, devices):
     reference = start(tmp_path / "reference", devices)
     out, _ = reference.communicate(timeout=600)
@@ -60,10 +70,15 @@ def test_sigkill_and_resume_is_bit_identical(tmp_path, devices):
     # the resumed run's metrics hold each step once
     import json
 
-    steps = [json.loads(line)["step"] for line in open(tmp_path / "killed" / "metrics.jsonl") if '"train"' in line]
+    steps = [
+        json.loads(line)["step"]
+        for line in open(tmp_path / "killed" / "metrics.jsonl")
+        if '"train"' in line
+    ]
     assert steps == list(range(1, 251))
     results = json.loads((tmp_path / "killed" / "results.json").read_text())
-    assert [h["step"] for h in results["history"]] == [125, 250]  # the whole run's evaluations, not the last part's
+    # the whole run's evaluations, not the last part's
+    assert [h["step"] for h in results["history"]] == [125, 250]
 
 
 @pytest.mark.slow
@@ -86,7 +101,8 @@ def test_sigterm_saves_and_exits_cleanly(tmp_path):
 
 
 def poisoned_mnist(batch):
-    """The embedded MNIST as float images, with one NaN pixel in the example first seen at update 41."""
+    """The embedded MNIST as float images, with one NaN pixel in the example first seen at update
+    41."""
     from lbtrain import data as data_lib
     from lbtrain.data.batching import ArraySource, TrainBatches
 
@@ -106,7 +122,8 @@ def train_poisoned(policy, workdir):
 def nan_config(policy):
     cfg = config_lib.load_config(os.path.join(ROOT, "configs/mnist_lstm.py:runlocal=True"))
     cfg.unlock()
-    cfg.checkpoint_every_epochs, cfg.log_every_steps, cfg.nan_policy = 0.1, 10, policy  # checkpoints every 25
+    # checkpoints every 25
+    cfg.checkpoint_every_epochs, cfg.log_every_steps, cfg.nan_policy = 0.1, 10, policy
     return cfg
 
 
@@ -128,7 +145,8 @@ def test_nan_policy_skip_drops_and_counts_the_bad_updates(tmp_path):
 
     rows = [json.loads(line) for line in open(tmp_path / "metrics.jsonl") if '"train"' in line]
     assert rows[-1]["skipped_updates"] == 2  # the poisoned example comes once per epoch, 2 epochs
-    assert all(np.isfinite(r["loss"]) for r in rows)  # logged every 10 steps: never the skipped 41st or 291st
+    # logged every 10 steps: never the skipped 41st or 291st
+    assert all(np.isfinite(r["loss"]) for r in rows)
     assert result["final"]["accuracy"] > 0.5
     params = jax.tree.leaves(jax.device_get(result["state"].params))
     assert all(np.isfinite(p).all() for p in params)

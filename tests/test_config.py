@@ -4,7 +4,9 @@ from lbtrain import config_lib
 
 
 def test_parse_arg_types_and_defaults():
-    a = config_lib.parse_arg("batch=2048, scheme=linear,runlocal=True", batch=0, scheme="legw", runlocal=False, lr=0.1)
+    a = config_lib.parse_arg(
+        "batch=2048, scheme=linear,runlocal=True", batch=0, scheme="legw", runlocal=False, lr=0.1
+    )
     assert a.batch == 2048 and isinstance(a.batch, int)
     assert a.scheme == "linear" and a.runlocal is True and a.lr == 0.1
     assert config_lib.parse_arg("lr=1", lr=0.1).lr == 1.0
@@ -31,7 +33,9 @@ def test_config_is_locked_and_validated():
         cfg.optim.nmae = 1
     config_lib.validate(cfg)
     cfg.optim.schedule.decay = "step"
-    with pytest.raises(config_lib.ConfigError, match="unknown optim.schedule.decay 'step'; valid choices"):
+    with pytest.raises(
+        config_lib.ConfigError, match="unknown optim.schedule.decay 'step'; valid choices"
+    ):
         config_lib.validate(cfg)
 
 
@@ -59,16 +63,33 @@ def set_key(cfg, key, value):
     "key,value,message",
     [
         # a value set for an optimizer or a decay that is not selected would be ignored
-        ("optim.adam.b2", 0.98, "optim.adam.b2 is set but optim.name is 'momentum': it would be ignored; remove it "
-                                "or select 'adam'"),
+        (
+            "optim.adam.b2",
+            0.98,
+            "optim.adam.b2 is set but optim.name is 'momentum': it would be ignored; remove it "
+            "or select 'adam'",
+        ),
         ("optim.lars.eta", 0.01, "optim.lars.eta is set but optim.name is 'momentum'"),
-        ("optim.schedule.multistep.boundaries", (3.0,), "optim.schedule.multistep.boundaries is set but "
-                                                        "optim.schedule.decay is 'poly'"),
-        ("optim.schedule.exponential.rate", 0.9, "optim.schedule.exponential.rate is set but optim.schedule.decay"),
-        ("optim.mask.exclude_from_trust_ratio", ("bias",), "exclude_from_trust_ratio is set but optim.name='momentum' "
-                                                           "has no trust ratio"),
-        ("optim.mask.exclude_from_weight_decay", ("bias",), "exclude_from_weight_decay is set but optim.weight_decay "
-                                                            "is 0"),
+        (
+            "optim.schedule.multistep.boundaries",
+            (3.0,),
+            "optim.schedule.multistep.boundaries is set but optim.schedule.decay is 'poly'",
+        ),
+        (
+            "optim.schedule.exponential.rate",
+            0.9,
+            "optim.schedule.exponential.rate is set but optim.schedule.decay",
+        ),
+        (
+            "optim.mask.exclude_from_trust_ratio",
+            ("bias",),
+            "exclude_from_trust_ratio is set but optim.name='momentum' has no trust ratio",
+        ),
+        (
+            "optim.mask.exclude_from_weight_decay",
+            ("bias",),
+            "exclude_from_weight_decay is set but optim.weight_decay is 0",
+        ),
         # numbers out of range name the key and the range
         ("optim.base_lr", -1.0, r"optim.base_lr=-1.0 is out of range: use a number \[0, 10000\]"),
         ("optim.base_lr", 1e30, "optim.base_lr=1e.30 is out of range"),
@@ -76,14 +97,35 @@ def set_key(cfg, key, value):
         ("accum_steps", 0, "accum_steps=0 is out of range: use an integer >= 1"),
         ("batch_size", 0, "batch_size=0 is out of range: use an integer > 0"),
         ("num_epochs", -2.0, "num_epochs=-2.0 is out of range"),
-        ("optim.weight_decay", 2.0, r"optim.weight_decay=2.0 is out of range: use a number \[0, 1\]"),
+        (
+            "optim.weight_decay",
+            2.0,
+            r"optim.weight_decay=2.0 is out of range: use a number \[0, 1\]",
+        ),
         ("optim.name", "adamm", "unknown optim.name 'adamm'; valid choices: sgd, momentum, adam"),
-        ("optim.name", "nesterov", "unknown optim.name 'nesterov'"),  # one way to ask for Nesterov: momentum.nesterov
-        ("model.name", "mlp", "unknown model.name 'mlp'; valid choices: mnist_lstm, lstm_lm, gnmt, resnet"),
-        ("data.name", "cifar", "unknown data.name 'cifar'; valid choices: mnist, lm, translation, images"),
-        ("task", "qa", "unknown task 'qa'; valid choices: classification, language_model, translation"),
+        # one way to ask for Nesterov: momentum.nesterov
+        ("optim.name", "nesterov", "unknown optim.name 'nesterov'"),
+        (
+            "model.name",
+            "mlp",
+            "unknown model.name 'mlp'; valid choices: mnist_lstm, lstm_lm, gnmt, resnet",
+        ),
+        (
+            "data.name",
+            "cifar",
+            "unknown data.name 'cifar'; valid choices: mnist, lm, translation, images",
+        ),
+        (
+            "task",
+            "qa",
+            "unknown task 'qa'; valid choices: classification, language_model, translation",
+        ),
         ("nan_policy", "ignore", "unknown nan_policy 'ignore'; valid choices: stop, skip"),
-        ("prng_impl", "philox", "unknown prng_impl 'philox'; valid choices: threefry2x32, rbg, unsafe_rbg"),
+        (
+            "prng_impl",
+            "philox",
+            "unknown prng_impl 'philox'; valid choices: threefry2x32, rbg, unsafe_rbg",
+        ),
         ("host_malloc", "fast", "unknown host_malloc 'fast'; valid choices: auto, reuse, system"),
     ],
 )
@@ -97,10 +139,15 @@ def test_misplaced_or_out_of_range_keys_fail_with_one_line_naming_them(key, valu
 
 def test_loss_reduction_is_a_choice_read_only_by_the_tasks_that_reduce_over_tokens():
     ptb = config_lib.load_config("configs/ptb_lstm.py")
-    assert ptb.loss_reduction == config_lib.load_config("configs/gnmt.py").loss_reduction == "sequence"
+    assert (
+        ptb.loss_reduction == config_lib.load_config("configs/gnmt.py").loss_reduction == "sequence"
+    )
     ptb.unlock()
     ptb.loss_reduction = "mean"
-    with pytest.raises(config_lib.ConfigError, match="unknown loss_reduction 'mean'; valid choices: token, sequence"):
+    with pytest.raises(
+        config_lib.ConfigError,
+        match="unknown loss_reduction 'mean'; valid choices: token, sequence",
+    ):
         config_lib.validate(ptb)
     ptb.loss_reduction, ptb.task = "token", "classification"
     message = "^loss_reduction is not read by task='classification'"
@@ -123,9 +170,13 @@ def test_budget_shorter_than_one_update_names_the_key():
     from lbtrain import setup
 
     cfg = mnist()
-    cfg.num_epochs = 0.001  # one update (the first at or past 0.001 epochs), shorter than the warmup
-    with pytest.raises(config_lib.ConfigError, match=r"warmup_epochs=0.25 scales to 0.25 epochs \(63 steps\) at "
-                                                     r"batch 16, not shorter than num_epochs=0.001 \(1 steps\)"):
+    # one update (the first at or past 0.001 epochs), shorter than the warmup
+    cfg.num_epochs = 0.001
+    with pytest.raises(
+        config_lib.ConfigError,
+        match=r"warmup_epochs=0.25 scales to 0.25 epochs \(63 steps\) at "
+        r"batch 16, not shorter than num_epochs=0.001 \(1 steps\)",
+    ):
         setup.build(cfg)
 
 
@@ -133,18 +184,25 @@ def test_warmup_longer_than_training_names_the_keys():
     from lbtrain import setup
 
     cfg = config_lib.load_config("configs/mnist_lstm.py:runlocal=True,batch=1024")
-    with pytest.raises(config_lib.ConfigError, match=r"optim.schedule.warmup_epochs=0.25 scales to 16 epochs \(48 "
-                                                     r"steps\) at batch 1024, not shorter than num_epochs=2"):
+    with pytest.raises(
+        config_lib.ConfigError,
+        match=r"optim.schedule.warmup_epochs=0.25 scales to 16 epochs \(48 "
+        r"steps\) at batch 1024, not shorter than num_epochs=2",
+    ):
         setup.build(cfg)
 
 
 @pytest.mark.parametrize(
     "spec,message",
     [
-        ("configs/ptb_lstm.py:runlocal=True,corpus=ptb", "runlocal=True uses corpus=kjv but the config arg sets "
-                                                         "corpus=ptb: drop one of the two"),
-        ("configs/gnmt.py:runlocal=True,corpus=bible", "runlocal=True uses corpus=numbers but the config arg sets "
-                                                       "corpus=bible"),
+        (
+            "configs/ptb_lstm.py:runlocal=True,corpus=ptb",
+            "runlocal=True uses corpus=kjv but the config arg sets corpus=ptb: drop one of the two",
+        ),
+        (
+            "configs/gnmt.py:runlocal=True,corpus=bible",
+            "runlocal=True uses corpus=numbers but the config arg sets corpus=bible",
+        ),
     ],
 )
 def test_runlocal_never_overrides_what_the_arg_sets(spec, message):
@@ -154,8 +212,13 @@ def test_runlocal_never_overrides_what_the_arg_sets(spec, message):
 
 def test_runlocal_keeps_an_explicit_depth():
     assert config_lib.load_config("configs/resnet50_imagenet.py:runlocal=True").model.depth == 18
-    assert config_lib.load_config("configs/resnet50_imagenet.py:runlocal=True,depth=50").model.depth == 50
-    assert config_lib.load_config("configs/ptb_lstm.py:runlocal=True,corpus=kjv").data.corpus == "kjv"
+    assert (
+        config_lib.load_config("configs/resnet50_imagenet.py:runlocal=True,depth=50").model.depth
+        == 50
+    )
+    assert (
+        config_lib.load_config("configs/ptb_lstm.py:runlocal=True,corpus=kjv").data.corpus == "kjv"
+    )
 
 
 def test_a_data_dir_the_chosen_source_does_not_read_is_refused(tmp_path):
@@ -174,8 +237,8 @@ def test_a_data_dir_the_chosen_source_does_not_read_is_refused(tmp_path):
 
 
 def docstring_commands(path: str) -> list[list[str]]:
-    """The lbtrain arguments of every command in a config file's docstring (``lbtrain ...`` lines, and what
-    follows ``--`` on ``scripts/tpu_launch.sh`` lines), continuation lines joined."""
+    """The lbtrain arguments of every command in a config file's docstring (``lbtrain ...`` lines,
+    and what follows ``--`` on ``scripts/tpu_launch.sh`` lines), continuation lines joined."""
     import ast
     import shlex
 
@@ -194,8 +257,8 @@ def docstring_commands(path: str) -> list[list[str]]:
 
 @pytest.mark.parametrize("name", ["mnist_lstm", "ptb_lstm", "gnmt", "resnet50_imagenet"])
 def test_every_command_in_a_config_docstring_names_keys_that_exist(name):
-    """A key misspelt in a documented command (``data.dir`` where the config has ``data.data_dir``) fails
-    the first user who copies it: each documented --config and --config.key must load."""
+    """A key misspelt in a documented command (``data.dir`` where the config has ``data.data_dir``)
+    fails the first user who copies it: each documented --config and --config.key must load."""
     commands = docstring_commands(f"configs/{name}.py")
     assert commands, name
     for args in commands:

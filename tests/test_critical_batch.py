@@ -1,4 +1,5 @@
-"""scripts/critical_batch.py measures a positive, finite noise scale through the real loop pieces."""
+"""scripts/critical_batch.py measures a positive, finite noise scale through the real loop
+pieces."""
 
 import importlib.util
 import math
@@ -11,11 +12,18 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 @pytest.mark.slow
 def test_measure_on_mnist_runlocal():
-    spec = importlib.util.spec_from_file_location("critical_batch", os.path.join(ROOT, "scripts/critical_batch.py"))
+    spec = importlib.util.spec_from_file_location(
+        "critical_batch", os.path.join(ROOT, "scripts/critical_batch.py")
+    )
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    r = module.measure(os.path.join(ROOT, "configs/mnist_lstm.py:runlocal=True,batch=64"), steps=40, splits=4,
-                       skip=5, window=10)  # fmt: skip
+    r = module.measure(
+        os.path.join(ROOT, "configs/mnist_lstm.py:runlocal=True,batch=64"),
+        steps=40,
+        splits=4,
+        skip=5,
+        window=10,
+    )
     assert r["batch"] == 64 and r["unit"] == "examples"
     assert len(r["windows"]) == 3 and [w[0] for w in r["windows"]] == [15, 25, 35]
     assert math.isfinite(r["b_simple"]) and r["b_simple"] > 0

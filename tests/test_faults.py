@@ -1,7 +1,8 @@
-"""Fault injection through the real CLI: each fault gets the promised behaviour and nothing is lost (the
-last good checkpoint restores, metrics hold one row per step). The storage-level faults (flipped bits,
-truncated checkpoints, full disk, permissions, locks, stale vocabularies) are in test_rundir.py,
-test_checkpoint_verify.py, test_metrics.py and tests/data; docs/reliability.md lists them all."""
+"""Fault injection through the real CLI: each fault gets the promised behaviour and nothing is lost
+(the last good checkpoint restores, metrics hold one row per step). The storage-level faults
+(flipped bits, truncated checkpoints, full disk, permissions, locks, stale vocabularies) are in
+test_rundir.py, test_checkpoint_verify.py, test_metrics.py and tests/data; docs/reliability.md lists
+them all."""
 
 import json
 import os
@@ -22,31 +23,49 @@ MNIST = "--config=configs/mnist_lstm.py:runlocal=True"
 def lbtrain(workdir, *args, wait=True):
     cmd = [sys.executable, "-m", "lbtrain.main", *args, f"--workdir={workdir}"]
     if not wait:
-        return subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        return subprocess.Popen(
+            cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        )
     return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
 
 
 def error_line(proc) -> str:
     lines = [x for x in proc.stderr.splitlines() if x.startswith("lbtrain: error:")]
-    assert proc.returncode == 1 and len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    assert proc.returncode == 1 and len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr[
+        -3000:
+    ]
     return lines[0]
 
 
 def train_steps(workdir):
-    return [json.loads(x)["step"] for x in open(os.path.join(workdir, "metrics.jsonl")) if '"train"' in x]
+    return [
+        json.loads(x)["step"]
+        for x in open(os.path.join(workdir, "metrics.jsonl"))
+        if '"train"' in x
+    ]
 
 
 @pytest.mark.slow
 def test_overflowing_updates_are_skipped_then_stop_the_run_with_finite_checkpoints(tmp_path):
-    """base_lr=1e3 with float16 compute overflows within a few steps and every step after: nan_policy=skip drops
-    each bad update, and max_consecutive_skips of them in a row end the run in one line (the step-level
-    judging of updates and new parameters: test_step.py)."""
-    proc = lbtrain(tmp_path, MNIST, "--config.optim.base_lr=1e3", "--config.optim.schedule.warmup_epochs=0",
-                   "--config.model.dtype=float16",
-                   "--config.nan_policy=skip", "--config.max_consecutive_skips=5", "--config.log_every_steps=1",
-                   "--config.checkpoint_every_epochs=0.01")  # fmt: skip
+    """base_lr=1e3 with float16 compute overflows within a few steps and every step after:
+    nan_policy=skip drops each bad update, and max_consecutive_skips of them in a row end the run in
+    one line (the step-level judging of updates and new parameters: test_step.py)."""
+    proc = lbtrain(
+        tmp_path,
+        MNIST,
+        "--config.optim.base_lr=1e3",
+        "--config.optim.schedule.warmup_epochs=0",
+        "--config.model.dtype=float16",
+        "--config.nan_policy=skip",
+        "--config.max_consecutive_skips=5",
+        "--config.log_every_steps=1",
+        "--config.checkpoint_every_epochs=0.01",
+    )
     line = error_line(proc)
-    assert "nan_policy=skip skipped every update from step" in line and "raise max_consecutive_skips" in line
+    assert (
+        "nan_policy=skip skipped every update from step" in line
+        and "raise max_consecutive_skips" in line
+    )
     ckpt = Checkpointer(str(tmp_path), 1)
     latest = ckpt.latest_step()
     ckpt.close()
@@ -58,8 +77,13 @@ def test_overflowing_updates_are_skipped_then_stop_the_run_with_finite_checkpoin
 
 @pytest.mark.slow
 def test_nan_policy_stop_names_an_overflowing_update(tmp_path):
-    proc = lbtrain(tmp_path, MNIST, "--config.optim.base_lr=1e3", "--config.optim.schedule.warmup_epochs=0",
-                   "--config.model.dtype=float16")
+    proc = lbtrain(
+        tmp_path,
+        MNIST,
+        "--config.optim.base_lr=1e3",
+        "--config.optim.schedule.warmup_epochs=0",
+        "--config.model.dtype=float16",
+    )
     line = error_line(proc)
     assert "non-finite" in line and "--config.nan_policy=skip" in line
 
@@ -67,14 +91,18 @@ def test_nan_policy_stop_names_an_overflowing_update(tmp_path):
 @pytest.mark.slow
 def test_a_second_run_on_a_live_workdir_is_refused_naming_the_owner(tmp_path):
     # 100 epochs (25k steps, minutes): the first run is still training when the second one starts up
-    first = lbtrain(tmp_path, MNIST, "--config.num_epochs=100", "--config.log_every_steps=1", wait=False)
+    first = lbtrain(
+        tmp_path, MNIST, "--config.num_epochs=100", "--config.log_every_steps=1", wait=False
+    )
     for line in first.stdout:
         if line.startswith("step 5/"):
             break
-    second = lbtrain(tmp_path, "--config=configs/mnist_lstm.py:runlocal=True,batch=32")  # another config
+    # another config
+    second = lbtrain(tmp_path, "--config=configs/mnist_lstm.py:runlocal=True,batch=32")
     line = error_line(second)
     assert f"pid {first.pid}" in line and "is in use by another run" in line
-    first.send_signal(signal.SIGTERM)  # the first run is untouched: it checkpoints and exits cleanly
+    # the first run is untouched: it checkpoints and exits cleanly
+    first.send_signal(signal.SIGTERM)
     out, _ = first.communicate(timeout=600)
     assert first.returncode == 0, out[-3000:]
     steps = train_steps(tmp_path)
@@ -83,7 +111,8 @@ def test_a_second_run_on_a_live_workdir_is_refused_naming_the_owner(tmp_path):
 
 @pytest.mark.slow
 def test_killed_before_the_first_checkpoint_logs_each_step_once(tmp_path):
-    args = [MNIST, "--config.log_every_steps=1", "--config.checkpoint_every_epochs=1"]  # first save at step 250
+    # first save at step 250
+    args = [MNIST, "--config.log_every_steps=1", "--config.checkpoint_every_epochs=1"]
     victim = lbtrain(tmp_path, *args, wait=False)
     for line in victim.stdout:
         if line.startswith("step 100/"):

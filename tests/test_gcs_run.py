@@ -1,6 +1,6 @@
-"""A whole run on a ``gs://`` workdir (a real GCS API: the emulator of tests/conftest.py): killed with
-SIGKILL mid-run, resumed from the bucket, bit-identical to an uninterrupted local run, nothing written
-under the current folder; and the README's Cloud TPU bucket check, run as written."""
+"""A whole run on a ``gs://`` workdir (a real GCS API: the emulator of tests/conftest.py): killed
+with SIGKILL mid-run, resumed from the bucket, bit-identical to an uninterrupted local run, nothing
+written under the current folder; and the README's Cloud TPU bucket check, run as written."""
 
 import json
 import os
@@ -19,12 +19,19 @@ from lbtrain.checkpoint import Checkpointer
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONFIG = os.path.join(ROOT, "configs/mnist_lstm.py") + ":runlocal=True,batch=32"
-ARGS = [f"--config={CONFIG}", "--config.log_every_steps=1", "--config.checkpoint_every_epochs=0.2"]  # 250 steps
+# 250 steps
+ARGS = [f"--config={CONFIG}", "--config.log_every_steps=1", "--config.checkpoint_every_epochs=0.2"]
 
 
 def start(workdir, cwd, env):
-    return subprocess.Popen([sys.executable, "-m", "lbtrain.main", *ARGS, f"--workdir={workdir}"], cwd=cwd,
-                            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)  # fmt: skip
+    return subprocess.Popen(
+        [sys.executable, "-m", "lbtrain.main", *ARGS, f"--workdir={workdir}"],
+        cwd=cwd,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
 
 
 def final_params(workdir):
@@ -45,7 +52,8 @@ def test_gcs_workdir_killed_and_resumed_is_bit_identical_to_a_local_run(tmp_path
     out, _ = reference.communicate(timeout=600)
     assert reference.returncode == 0, out[-3000:]
 
-    here = tmp_path / "cwd"  # the run's current folder: nothing may land in it (no local "gs:" folder)
+    # the run's current folder: nothing may land in it (no local "gs:" folder)
+    here = tmp_path / "cwd"
     here.mkdir()
     workdir = f"{gcs.root}/run"
     victim = start(workdir, here, env)
@@ -63,28 +71,44 @@ def test_gcs_workdir_killed_and_resumed_is_bit_identical_to_a_local_run(tmp_path
     assert os.listdir(here) == []
     for a, b in zip(final_params(tmp_path / "reference"), final_params(workdir)):
         np.testing.assert_array_equal(a, b)
-    rows = [json.loads(line) for line in rundir.read_bytes(rundir.path(workdir) / "metrics.jsonl").decode().splitlines()]
-    assert [r["step"] for r in rows if r["kind"] == "train"] == list(range(1, 251))  # each step once
+    rows = [
+        json.loads(line)
+        for line in rundir.read_bytes(rundir.path(workdir) / "metrics.jsonl").decode().splitlines()
+    ]
+    # each step once
+    assert [r["step"] for r in rows if r["kind"] == "train"] == list(range(1, 251))
     results = json.loads(rundir.read_bytes(rundir.path(workdir) / "results.json"))
-    assert [h["step"] for h in results["history"]] == [125, 250]  # the whole run, not only the resumed part
+    # the whole run, not only the resumed part
+    assert [h["step"] for h in results["history"]] == [125, 250]
     assert rundir.read_json(rundir.path(workdir) / "config.json")["batch_size"] == 32
     assert not (rundir.path(workdir) / "run.lock").exists()  # released at the end
 
 
 def readme_bucket_check() -> str:
-    """The README's command that checks a bucket from the local machine before a Cloud TPU launch."""
+    """The README's command that checks a bucket from the local machine before a Cloud TPU
+    launch."""
     with open(os.path.join(ROOT, "README.md")) as f:
         text = f.read()
-    section = text[text.index("## Running on Cloud TPU"):]
-    return next(line for line in section.splitlines() if re.match(r"^lbtrain .*--workdir=gs://\$BUCKET/", line))
+    section = text[text.index("## Running on Cloud TPU") :]
+    return next(
+        line
+        for line in section.splitlines()
+        if re.match(r"^lbtrain .*--workdir=gs://\$BUCKET/", line)
+    )
 
 
 @pytest.mark.slow
 def test_readme_bucket_check_runs_as_written_against_the_emulator(tmp_path, gcs):
     args = [a.replace("$BUCKET", gcs.bucket) for a in shlex.split(readme_bucket_check())[1:]]
     env = dict(os.environ, **gcs.env, PYTHONPATH=ROOT)
-    proc = subprocess.run([sys.executable, "-m", "lbtrain.main", *args], cwd=ROOT, env=env, capture_output=True,
-                          text=True, timeout=600)  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, "-m", "lbtrain.main", *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     workdir = next(a.split("=", 1)[1] for a in args if a.startswith("--workdir="))
     assert workdir.startswith(f"gs://{gcs.bucket}/")

@@ -1,4 +1,5 @@
-"""End to end: GNMT on the numbers task (runlocal) through the real loop and CLI pieces; BLEU must rise."""
+"""End to end: GNMT on the numbers task (runlocal) through the real loop and CLI pieces; BLEU must
+rise."""
 
 import json
 import os
@@ -23,7 +24,8 @@ def test_runlocal_numbers_bleu_rises_well_above_the_first_eval(tmp_path, capsys)
     final_test = result["final_by_split"]["test"]
     assert final_test["bleu"] > 8.0 and 0 < final_test["chrf"] <= 100
     out = capsys.readouterr().out
-    assert "left out" in out and "reference: " in out and "output: " in out  # data summary and samples
+    # data summary and samples
+    assert "left out" in out and "reference: " in out and "output: " in out
     assert os.path.isfile(tmp_path / "spm.model")
     with open(tmp_path / "results.json") as f:
         saved = json.load(f)

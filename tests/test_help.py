@@ -1,5 +1,5 @@
-"""``lbtrain --help``: exit codes, the flags, every config in configs/ with every key its arg accepts, examples
-that load; and it stays fast (no JAX import)."""
+"""``lbtrain --help``: exit codes, the flags, every config in configs/ with every key its arg
+accepts, examples that load; and it stays fast (no JAX import)."""
 
 import os
 import re
@@ -13,24 +13,37 @@ from lbtrain import cli_help, config_lib
 from lbtrain.errors import ConfigError
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-CONFIGS = sorted(f for f in os.listdir(os.path.join(ROOT, "configs")) if f.endswith(".py") and not f.startswith("_"))
+CONFIGS = sorted(
+    f
+    for f in os.listdir(os.path.join(ROOT, "configs"))
+    if f.endswith(".py") and not f.startswith("_")
+)
 
 
 def lbtrain(*args, cwd=ROOT):
     env = {**os.environ, "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    return subprocess.run([sys.executable, "-m", "lbtrain.main", *args], cwd=cwd, env=env, capture_output=True,
-                          text=True, check=False, timeout=120)  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-m", "lbtrain.main", *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+    )
 
 
 def valid_keys(config_file: str) -> list[str]:
-    """The keys a config's arg accepts, as the config itself reports them (an unknown key's error)."""
+    """The keys a config's arg accepts, as the config itself reports them (an unknown key's
+    error)."""
     with pytest.raises(ConfigError) as e:
         config_lib.load_config(os.path.join(ROOT, "configs", config_file) + ":no_such_key=1")
     return re.search(r"valid keys: (.*)$", str(e.value)).group(1).split(", ")
 
 
 def section(text: str, config_file: str) -> str:
-    """The lines the help shows for one config (from its path to the next config's path or a blank line)."""
+    """The lines the help shows for one config (from its path to the next config's path or a blank
+    line)."""
     lines = text.splitlines()
     start = next(i for i, x in enumerate(lines) if x.strip().endswith(f"configs/{config_file}"))
     end = next(i for i in range(start + 1, len(lines)) if not lines[i].startswith("      "))
@@ -59,7 +72,9 @@ def test_every_config_is_listed_with_its_description_and_every_arg_key(config_fi
         first_line = f.read().split('"""')[1].strip().splitlines()[0]
     assert " ".join(first_line.split()) in " ".join(block.split())
     for key in valid_keys(config_file):
-        assert re.search(rf"\b{key}\b", block), f"{key} missing from the help of {config_file}:\n{block}"
+        assert re.search(rf"\b{key}\b", block), (
+            f"{key} missing from the help of {config_file}:\n{block}"
+        )
 
 
 def test_helpfull_adds_absl_flags_and_exits_0():
@@ -80,7 +95,8 @@ def test_help_anywhere_on_the_line_wins_over_other_flags():
 
 
 def test_the_examples_load_with_their_overrides():
-    """Each example's config file and arg load, and each --config.a.b field exists (what absl would set)."""
+    """Each example's config file and arg load, and each --config.a.b field exists (what absl would
+    set)."""
     for command, _ in cli_help.examples("configs"):
         args = shlex.split(command)[1:]
         spec = next(a.split("=", 1)[1] for a in args if a.startswith("--config="))
@@ -113,7 +129,10 @@ def test_configs_are_found_from_the_current_folder_or_next_to_the_package(tmp_pa
         "    a = config_lib.parse_arg(arg, width=8, depth=2)\n"
     )
     out = lbtrain("--help", cwd=tmp_path).stdout
-    assert "  configs/mine.py\n      My experiment.\n      args: width (hidden units).\n      also: depth" in out
+    assert (
+        "  configs/mine.py\n      My experiment.\n      args: width (hidden units).\n      also: "
+        "depth" in out
+    )
     assert "mnist_lstm.py" not in out.split("examples:")[0]
 
 
@@ -124,6 +143,11 @@ def test_help_is_quick_and_imports_no_jax():
         "print('JAX' if 'jax' in sys.modules else 'NOJAX', file=sys.stderr)"
     )
     proc = subprocess.run(
-        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=False, timeout=60
+        [sys.executable, "-c", code],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
     )
     assert proc.stderr.strip().endswith("NOJAX"), proc.stderr

@@ -30,25 +30,33 @@ def windows(batch=3, T=5, seed=0):
 
 
 def test_carried_state_two_windows_equal_one_double_window():
-    task, model = tasks.LanguageModelTask(), tiny_lm(init_scale=1.0)  # large weights: the state matters
+    # large weights: the state matters
+    task, model = tasks.LanguageModelTask(), tiny_lm(init_scale=1.0)
     x, y = windows()
     T, b = 5, x.shape[0]
     carry0 = task.init_carry(model, b)
     reset, keep = jnp.ones((b,)), jnp.zeros((b,))
-    nll1, n1, carry1 = task.loss(model, {"inputs": x[:, :T], "targets": y[:, :T], "reset": reset}, carry0)
-    nll2, n2, carry2 = task.loss(model, {"inputs": x[:, T:], "targets": y[:, T:], "reset": keep}, carry1)
+    nll1, n1, carry1 = task.loss(
+        model, {"inputs": x[:, :T], "targets": y[:, :T], "reset": reset}, carry0
+    )
+    nll2, n2, carry2 = task.loss(
+        model, {"inputs": x[:, T:], "targets": y[:, T:], "reset": keep}, carry1
+    )
     nll, n, carry = task.loss(model, {"inputs": x, "targets": y, "reset": reset}, carry0)
     np.testing.assert_allclose(nll1 + nll2, nll, rtol=1e-5)
     assert float(n1 + n2) == float(n) == 2 * T * b
     for a, c in zip(jax.tree.leaves(carry2), jax.tree.leaves(carry)):
         np.testing.assert_allclose(a, c, atol=1e-5)
     # without the carried state (reset on the second window) the loss differs
-    nll2_reset, _, _ = task.loss(model, {"inputs": x[:, T:], "targets": y[:, T:], "reset": reset}, carry1)
+    nll2_reset, _, _ = task.loss(
+        model, {"inputs": x[:, T:], "targets": y[:, T:], "reset": reset}, carry1
+    )
     assert abs(float(nll1 + nll2_reset - nll)) > 1e-2 * float(nll2)
 
 
 def test_train_state_carries_the_streams():
-    """Through the jitted train step: with a zero learning rate, two windows' losses = one 2T window's."""
+    """Through the jitted train step: with a zero learning rate, two windows' losses = one 2T
+    window's."""
     cfg = config_lib.load_config(os.path.join(ROOT, "configs/ptb_lstm.py:runlocal=True,batch=4"))
     cfg.unlock()
     cfg.model.vocab_size, cfg.model.hidden_size = 31, 12
@@ -61,20 +69,30 @@ def test_train_state_carries_the_streams():
         run = setup.build(cfg, data=LanguageModelData(Corpus(ids, ids, ids, vocab=None), window=T))
         state, total = run.state, 0.0
         for w in range(10 // T):
-            batch = {"inputs": x[:, w * T : (w + 1) * T], "targets": y[:, w * T : (w + 1) * T],
-                     "reset": np.full((4,), 1.0 if w == 0 else 0.0, np.float32)}  # fmt: skip
-            state, metrics = run.train_step(state, run.global_batch({k: np.asarray(v) for k, v in batch.items()}))
-            total += float(metrics["loss_per_token"]) * 4 * T  # "loss" is per window: the sum / 4 streams
-            assert float(metrics["loss"]) == pytest.approx(float(metrics["loss_per_token"]) * T, rel=1e-6)
+            batch = {
+                "inputs": x[:, w * T : (w + 1) * T],
+                "targets": y[:, w * T : (w + 1) * T],
+                "reset": np.full((4,), 1.0 if w == 0 else 0.0, np.float32),
+            }
+            state, metrics = run.train_step(
+                state, run.global_batch({k: np.asarray(v) for k, v in batch.items()})
+            )
+            # "loss" is per window: the sum / 4 streams
+            total += float(metrics["loss_per_token"]) * 4 * T
+            assert float(metrics["loss"]) == pytest.approx(
+                float(metrics["loss_per_token"]) * T, rel=1e-6
+            )
         losses[T] = total
     assert losses[5] == pytest.approx(losses[10], rel=1e-5)
 
 
 def test_sequence_reduction_counts_streams_and_eval_stays_per_token():
-    """Reduction "sequence": the NLL summed over T, averaged over the streams with a real token; eval counts tokens."""
+    """Reduction "sequence": the NLL summed over T, averaged over the streams with a real token;
+    eval counts tokens."""
     model = tiny_lm()
     x, y = windows()
-    weight = jnp.ones(x.shape).at[2].set(0.0).at[1, 4:].set(0.0)  # stream 2 is padding, stream 1 half of it
+    # stream 2 is padding, stream 1 half of it
+    weight = jnp.ones(x.shape).at[2].set(0.0).at[1, 4:].set(0.0)
     batch = {"inputs": x, "targets": y, "reset": jnp.ones((3,)), "weight": weight}
     carry = model.initial_state(3)
     by_token, by_seq = tasks.LanguageModelTask("token"), tasks.LanguageModelTask("sequence")
@@ -93,7 +111,9 @@ def test_uniform_model_has_perplexity_equal_to_vocab_size():
     model.output_kernel[...] = jnp.zeros_like(model.output_kernel[...])
     model.output_bias[...] = jnp.zeros_like(model.output_bias[...])
     x, y = windows()
-    sums, _ = task.eval_metrics(model, {"inputs": x, "targets": y, "reset": jnp.ones((3,))}, task.init_carry(model, 3))
+    sums, _ = task.eval_metrics(
+        model, {"inputs": x, "targets": y, "reset": jnp.ones((3,))}, task.init_carry(model, 3)
+    )
     metrics = task.summarize({k: float(v) for k, v in sums.items()})
     assert metrics["perplexity"] == pytest.approx(31.0, rel=1e-5)
     assert metrics["tokens"] == 30

@@ -1,6 +1,6 @@
-"""metrics.jsonl and TensorBoard hold exactly one row per (step, kind) across SIGKILLs and resumes, on a
-local folder and on the GCS emulator. The killed writer is a real process killed with SIGKILL; the
-TensorBoard side is read back with TensorBoard's own event reader."""
+"""metrics.jsonl and TensorBoard hold exactly one row per (step, kind) across SIGKILLs and resumes,
+on a local folder and on the GCS emulator. The killed writer is a real process killed with SIGKILL;
+the TensorBoard side is read back with TensorBoard's own event reader."""
 
 import os
 import signal
@@ -16,12 +16,13 @@ from lbtrain.errors import StorageError
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-# A writer like the loop's: a train row every step, an eval row every 10, flush before each "checkpoint"
-# (every `ckpt` steps); stops (sleeps) after `stop` steps, to be killed there.
+# A writer like the loop's: a train row every step, an eval row every 10, flush before each
+# "checkpoint" (every `ckpt` steps); stops (sleeps) after `stop` steps, to be killed there.
 WRITER = textwrap.dedent("""
     import sys, time
     from lbtrain.metrics import MetricWriter
-    workdir, start, stop, ckpt, tag = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), float(sys.argv[5])
+    workdir, start, stop, ckpt, tag = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]),\
+ int(sys.argv[4]), float(sys.argv[5])
     w = MetricWriter(workdir, resume_step=start or None, flush_every_s=3600)
     for s in range(start + 1, stop + 1):
         w.write(s, "train", {"loss": s + tag})
@@ -36,9 +37,14 @@ WRITER = textwrap.dedent("""
 
 def killed_writer(workdir, start, stop, ckpt, tag, env=None):
     """Run the writer from ``start`` to ``stop`` in a subprocess, then SIGKILL it."""
-    proc = subprocess.Popen([sys.executable, "-c", WRITER, str(workdir), str(start), str(stop), str(ckpt), str(tag)],
-                            cwd=ROOT, env=dict(os.environ, PYTHONPATH=ROOT, **(env or {})), stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)  # fmt: skip
+    proc = subprocess.Popen(
+        [sys.executable, "-c", WRITER, str(workdir), str(start), str(stop), str(ckpt), str(tag)],
+        cwd=ROOT,
+        env=dict(os.environ, PYTHONPATH=ROOT, **(env or {})),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     line = proc.stdout.readline()
     assert line == "ready\n", proc.stderr.read()[-3000:]
     proc.send_signal(signal.SIGKILL)
@@ -63,7 +69,8 @@ def tensorboard_scalars(workdir, tmp_path, tag):
 
 
 def check_history(workdir, tmp_path, last, values):
-    """Rows 1..last once each, with ``values(step)`` as the loss (the process that logged it last)."""
+    """Rows 1..last once each, with ``values(step)`` as the loss (the process that logged it
+    last)."""
     train = metrics.read_metrics(workdir, "train")
     assert [r["step"] for r in train] == list(range(1, last + 1))
     assert [r["loss"] for r in train] == [values(s) for s in range(1, last + 1)]
@@ -79,8 +86,8 @@ def check_history(workdir, tmp_path, last, values):
 
 
 def kill_and_resume(workdir, tmp_path, env=None):
-    # run 1 checkpoints at 20 and is killed at 27; run 2 resumes from 20, checkpoints at 40, killed at 45;
-    # run 3 resumes from 40 and finishes at 60
+    # run 1 checkpoints at 20 and is killed at 27; run 2 resumes from 20, checkpoints at 40, killed
+    # at 45; run 3 resumes from 40 and finishes at 60
     killed_writer(workdir, 0, 27, 20, 0.5, env)
     killed_writer(workdir, 20, 45, 20, 0.25, env)
     w = metrics.MetricWriter(workdir, resume_step=40, flush_every_s=3600)
@@ -91,11 +98,14 @@ def kill_and_resume(workdir, tmp_path, env=None):
             w.write(s, "valid", {"loss": -s - 0.125})
     assert [r["step"] for r in w.rows("valid")] == [10, 20, 30, 40, 50, 60]
     w.close()
-    # results.json is built after the close, from the whole run's rows (every process's, not only this one's)
+    # results.json is built after the close, from the whole run's rows (every process's, not only
+    # this one's)
     assert [r["step"] for r in w.rows("valid")] == [10, 20, 30, 40, 50, 60]
     with pytest.raises(RuntimeError, match="write.. after close"):
         w.write(61, "train", {"loss": 0.0})
-    check_history(workdir, tmp_path, 60, lambda s: s + (0.5 if s <= 20 else 0.25 if s <= 40 else 0.125))
+    check_history(
+        workdir, tmp_path, 60, lambda s: s + (0.5 if s <= 20 else 0.25 if s <= 40 else 0.125)
+    )
 
 
 def test_one_row_per_step_across_kills_local(tmp_path):
@@ -109,7 +119,8 @@ def test_one_row_per_step_across_kills_gcs(gcs, tmp_path):
 
 def test_killed_before_the_first_checkpoint_starts_over(tmp_path):
     workdir = tmp_path / "run"
-    killed_writer(workdir, 0, 15, 20, 0.5)  # never reached a checkpoint: a fresh start replays 1..15
+    # never reached a checkpoint: a fresh start replays 1..15
+    killed_writer(workdir, 0, 15, 20, 0.5)
     w = metrics.MetricWriter(workdir, resume_step=None)
     for s in range(1, 31):
         w.write(s, "train", {"loss": s + 0.25})
@@ -126,7 +137,10 @@ def test_rewriting_a_row_replaces_it(tmp_path):
     w.write(6, "train", {"loss": float("nan")})
     w.close()
     lines = (tmp_path / "metrics.jsonl").read_text().splitlines()
-    assert lines == ['{"step": 5, "kind": "valid", "accuracy": 0.75}', '{"step": 6, "kind": "train", "loss": "nan"}']
+    assert lines == [
+        '{"step": 5, "kind": "valid", "accuracy": 0.75}',
+        '{"step": 6, "kind": "train", "loss": "nan"}',
+    ]
 
 
 def test_disabled_writer_writes_nothing(tmp_path):
@@ -145,5 +159,7 @@ def test_full_disk_while_logging_is_one_line(tmp_path):
         with pytest.raises(StorageError) as err:
             for s in range(1, 100_000):
                 w.write(s, "train", {"loss": 1.0, "note": "x" * 200})
-        assert str(mount / "run") in str(err.value) and "no space left on the device" in str(err.value)
+        assert str(mount / "run") in str(err.value) and "no space left on the device" in str(
+            err.value
+        )
         assert "\n" not in str(err.value)

@@ -1,6 +1,7 @@
-"""Two local processes (2 CPU devices each, gloo on 127.0.0.1): the same numbers as one process with 4
-devices, and every stop, lock and restore decision agreed by both (a process acting alone would leave the
-other blocked in a collective for good, so every wait here has a timeout: a hang fails the test)."""
+"""Two local processes (2 CPU devices each, gloo on 127.0.0.1): the same numbers as one process with
+4 devices, and every stop, lock and restore decision agreed by both (a process acting alone would
+leave the other blocked in a collective for good, so every wait here has a timeout: a hang fails the
+test)."""
 
 import json
 import os
@@ -40,15 +41,25 @@ class Pair:
         env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=2", **(env or {}))
         self.logs, self.procs = [], []
         for i in range(2):
-            cmd = [sys.executable, "-m", "lbtrain.main", *args, *extra, f"--workdir={workdirs[i]}",
-                   f"--config.distributed.coordinator_address={address}", "--config.distributed.num_processes=2",
-                   f"--config.distributed.process_id={i}"]  # fmt: skip
+            cmd = [
+                sys.executable,
+                "-m",
+                "lbtrain.main",
+                *args,
+                *extra,
+                f"--workdir={workdirs[i]}",
+                f"--config.distributed.coordinator_address={address}",
+                "--config.distributed.num_processes=2",
+                f"--config.distributed.process_id={i}",
+            ]
             if i == 1 and wrap_second is not None:
                 cmd = wrap_second(cmd)
             log = os.path.join(logs, f"process{i}.log")
             self.logs.append(log)
             with open(log, "w") as f:
-                self.procs.append(subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=f, stderr=subprocess.STDOUT))
+                self.procs.append(
+                    subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=f, stderr=subprocess.STDOUT)
+                )
 
     def wait(self, timeout=WAIT) -> list[str]:
         deadline = time.monotonic() + timeout
@@ -57,7 +68,9 @@ class Pair:
                 p.wait(timeout=max(deadline - time.monotonic(), 1))
         except subprocess.TimeoutExpired:
             self.kill()
-            pytest.fail(f"the two processes did not end within {timeout} s (a hang): {self.outputs()}")
+            pytest.fail(
+                f"the two processes did not end within {timeout} s (a hang): {self.outputs()}"
+            )
         return self.outputs()
 
     def outputs(self) -> list[str]:
@@ -87,38 +100,49 @@ def train_rows(workdir) -> list[dict]:
 
 
 def params(workdir, step=None) -> list:
-    cfg = config_lib.load_config(os.path.join(ROOT, CONFIG.split(":")[0]) + ":" + CONFIG.split(":", 1)[1])
+    cfg = config_lib.load_config(
+        os.path.join(ROOT, CONFIG.split(":")[0]) + ":" + CONFIG.split(":", 1)[1]
+    )
     cfg.unlock()
     cfg.num_devices = 1
     template = setup.build(cfg).state
-    return jax.tree.leaves(jax.device_get(Checkpointer(str(workdir), EPOCH).restore(template, step).params))
+    return jax.tree.leaves(
+        jax.device_get(Checkpointer(str(workdir), EPOCH).restore(template, step).params)
+    )
 
 
 def last_error(out: str) -> str:
     return [line for line in out.splitlines() if line.startswith("lbtrain: error:")][-1]
 
 
-
-
 @pytest.mark.slow
 def test_two_processes_equal_one_process(tmp_path):
-    one_epoch = ["--config.num_epochs=1"]  # the comparison below is measured over one epoch's schedule
+    # the comparison below is measured over one epoch's schedule
+    one_epoch = ["--config.num_epochs=1"]
     two = run_pair(tmp_path / "logs", tmp_path / "two", *one_epoch)
     env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4")
-    single = subprocess.run([sys.executable, "-m", "lbtrain.main", *ARGS, *one_epoch, f"--workdir={tmp_path / 'one'}"],
-                            cwd=ROOT, env=env, capture_output=True, text=True, timeout=WAIT)  # fmt: skip
+    single = subprocess.run(
+        [sys.executable, "-m", "lbtrain.main", *ARGS, *one_epoch, f"--workdir={tmp_path / 'one'}"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=WAIT,
+    )
     assert single.returncode == 0, single.stderr[-3000:]
     assert "devices: 4 (cpu) | processes: 2" in two[0]
     assert "devices: 4 (cpu) | processes: 1" in single.stdout
-    assert not any(line.startswith("step ") for line in two[1].splitlines())  # one writer: process 0
+    # one writer: process 0
+    assert not any(line.startswith("step ") for line in two[1].splitlines())
     losses = [[r["loss"] for r in train_rows(tmp_path / name)] for name in ("two", "one")]
     assert len(losses[0]) == len(losses[1]) == EPOCH // 5
-    # the same data, steps and updates; only the float32 summation order of the gradient all-reduce differs
-    # (gloo adds the two processes' partial sums, XLA the four devices'): measured 1 ulp (1e-7 relative) from
-    # the first logged step and at most 1.2e-6 after 125 steps. A wrong shard of the batch or a missing
-    # all-reduce changes the batch's loss itself: one batch's loss differs from the next by ~1e-2 here.
-    # (Over a two-epoch schedule, with its higher learning rate in the second half, the two orders drift
-    # apart by up to 5 % by step 250: chaotic growth of the same rounding, so the check uses one epoch.)
+    # the same data, steps and updates; only the float32 summation order of the gradient all-reduce
+    # differs (gloo adds the two processes' partial sums, XLA the four devices'): measured 1 ulp
+    # (1e-7 relative) from the first logged step and at most 1.2e-6 after 125 steps. A wrong shard
+    # of the batch or a missing all-reduce changes the batch's loss itself: one batch's loss differs
+    # from the next by ~1e-2 here. (Over a two-epoch schedule, with its higher learning rate in the
+    # second half, the two orders drift apart by up to 5 % by step 250: chaotic growth of the same
+    # rounding, so the check uses one epoch.)
     np.testing.assert_allclose(losses[0], losses[1], rtol=1e-5)
     for a, b in zip(params(tmp_path / "two", EPOCH), params(tmp_path / "one", EPOCH)):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
@@ -126,14 +150,15 @@ def test_two_processes_equal_one_process(tmp_path):
 
 @pytest.mark.slow
 def test_sigterm_to_one_process_stops_both_at_one_step_and_a_second_run_is_locked_out(tmp_path):
-    """SIGTERM reaches process 1 only: both checkpoint the same step and exit 0 within seconds, and the
-    resumed run ends bit-identical to the uninterrupted one. Meanwhile a second two-process run on the live
-    workdir ends on both processes with the lock's one line."""
+    """SIGTERM reaches process 1 only: both checkpoint the same step and exit 0 within seconds, and
+    the resumed run ends bit-identical to the uninterrupted one. Meanwhile a second two-process run
+    on the live workdir ends on both processes with the lock's one line."""
     workdir, reference = tmp_path / "run", tmp_path / "uninterrupted"
     for logs in ("a", "reference"):
         (tmp_path / logs).mkdir()
     run = Pair(tmp_path / "a", [workdir, workdir])
-    uninterrupted = Pair(tmp_path / "reference", [reference, reference])  # meanwhile, the same run to the end
+    # meanwhile, the same run to the end
+    uninterrupted = Pair(tmp_path / "reference", [reference, reference])
     try:
         wait_for_step(run, workdir, 20)
 
@@ -159,7 +184,8 @@ def test_sigterm_to_one_process_stops_both_at_one_step_and_a_second_run_is_locke
     line = next(x for x in outs[0].splitlines() if x.startswith("preempted at step"))
     step = int(line.split()[3].split("/")[0])
     assert 20 <= step < TOTAL
-    assert Checkpointer(str(workdir), EPOCH).latest_step() == step  # one checkpoint, of the agreed step
+    # one checkpoint, of the agreed step
+    assert Checkpointer(str(workdir), EPOCH).latest_step() == step
     assert stopped_in < 60, stopped_in  # a hang would run into the timeout above instead
 
     outs = run_pair(tmp_path / "resume", workdir)
@@ -172,17 +198,22 @@ def test_sigterm_to_one_process_stops_both_at_one_step_and_a_second_run_is_locke
 def wait_for_step(run: Pair, workdir, step: int) -> None:
     deadline = time.monotonic() + WAIT
     while not any(r["step"] >= step for r in train_rows(workdir)):
-        assert time.monotonic() < deadline and all(p.poll() is None for p in run.procs), run.outputs()
+        assert time.monotonic() < deadline and all(p.poll() is None for p in run.procs), (
+            run.outputs()
+        )
         time.sleep(0.2)
 
 
 @pytest.mark.slow
 def test_without_the_preemption_service_the_flags_are_gathered(tmp_path):
-    """With JAX's preemption service off, each process's own SIGTERM flag is gathered at the agreement steps
-    (every logged step here): both stop at the same step, within one logging interval."""
+    """With JAX's preemption service off, each process's own SIGTERM flag is gathered at the
+    agreement steps (every logged step here): both stop at the same step, within one logging
+    interval."""
     workdir = tmp_path / "run"
     (tmp_path / "logs").mkdir()
-    run = Pair(tmp_path / "logs", [workdir, workdir], env={"JAX_ENABLE_PREEMPTION_SERVICE": "false"})
+    run = Pair(
+        tmp_path / "logs", [workdir, workdir], env={"JAX_ENABLE_PREEMPTION_SERVICE": "false"}
+    )
     try:
         wait_for_step(run, workdir, 20)
         run.procs[1].send_signal(signal.SIGTERM)
@@ -197,27 +228,47 @@ def test_without_the_preemption_service_the_flags_are_gathered(tmp_path):
 
 
 def damage_for_second(checkpoint, spare):
-    """A wrapper that runs process 1 in its own mount namespace where ``checkpoint``'s array data is a
-    truncated copy: a read fault that process 0 does not see."""
+    """A wrapper that runs process 1 in its own mount namespace where ``checkpoint``'s array data is
+    a truncated copy: a read fault that process 0 does not see."""
     shutil.copytree(checkpoint / "state", spare)
     files = [os.path.join(d, f) for d, _, names in os.walk(spare) for f in names]
     data = [f for f in files if f"{os.sep}d{os.sep}" in f]  # OCDBT's data files (the arrays' bytes)
     assert data, sorted(os.listdir(spare))
     for f in data:
         os.truncate(f, os.path.getsize(f) // 2)
-    probe = subprocess.run(["unshare", "-m", "--propagation", "private", "true"], capture_output=True)
+    probe = subprocess.run(
+        ["unshare", "-m", "--propagation", "private", "true"], capture_output=True
+    )
     if probe.returncode != 0:
-        pytest.skip(f"cannot make a mount namespace here ({probe.stderr.decode().strip()}): the test needs root")
+        pytest.skip(
+            f"cannot make a mount namespace here ({probe.stderr.decode().strip()}): the test needs "
+            "root"
+        )
     script = 'mount --bind "$1" "$2" && shift 2 && exec "$@"'
-    return lambda cmd: ["unshare", "-m", "--propagation", "private", "sh", "-c", script, "sh", str(spare),
-                        str(checkpoint / "state"), *cmd]  # fmt: skip
+    return lambda cmd: [
+        "unshare",
+        "-m",
+        "--propagation",
+        "private",
+        "sh",
+        "-c",
+        script,
+        "sh",
+        str(spare),
+        str(checkpoint / "state"),
+        *cmd,
+    ]
 
 
 @pytest.mark.slow
 def test_a_read_fault_on_one_process_makes_both_restore_the_same_earlier_step(tmp_path):
     # 75 steps (0.6 epochs), a checkpoint every 30: the finished run holds steps 60 and 75
-    short = [f"--config={CONFIG}", "--config.num_epochs=0.6", "--config.log_every_steps=5",
-             "--config.checkpoint_every_epochs=0.24"]  # fmt: skip
+    short = [
+        f"--config={CONFIG}",
+        "--config.num_epochs=0.6",
+        "--config.log_every_steps=5",
+        "--config.checkpoint_every_epochs=0.24",
+    ]
     workdir, last, earlier = tmp_path / "run", 75, 60
     run_pair(tmp_path / "first", workdir, args=short)
     assert Checkpointer(str(workdir), 30).all_steps() == [earlier, last]
@@ -225,11 +276,14 @@ def test_a_read_fault_on_one_process_makes_both_restore_the_same_earlier_step(tm
     wrap = damage_for_second(workdir / "checkpoints" / str(last), tmp_path / "damaged")
     outs = run_pair(tmp_path / "again", workdir, wrap_second=wrap, args=short)
     assert f"the checkpoint at step {last}" in outs[1] and "unreadable" in outs[1], outs[1][-3000:]
-    assert f"the checkpoint at step {last}" in outs[0] and "process 1 could not read or verify it" in outs[0]
+    assert (
+        f"the checkpoint at step {last}" in outs[0]
+        and "process 1 could not read or verify it" in outs[0]
+    )
     assert f"resuming from the checkpoint at step {earlier}" in outs[0]
-    # both went back to step 60 and trained the same steps again: had process 1 restored step 75 it would
-    # have stopped while process 0 waited in the next step's all-reduce (a hang, failed by the timeout);
-    # and the steps trained again end where the first run ended, bit for bit
+    # both went back to step 60 and trained the same steps again: had process 1 restored step 75 it
+    # would have stopped while process 0 waited in the next step's all-reduce (a hang, failed by the
+    # timeout); and the steps trained again end where the first run ended, bit for bit
     for a, b in zip(params(workdir, last), finished):
         np.testing.assert_array_equal(a, b)
 
@@ -244,12 +298,17 @@ def test_a_workdir_the_processes_do_not_share_is_refused_on_both(tmp_path):
     assert lines[0] == lines[1], lines
     assert f"workdir {tmp_path / 'host0'} is not shared by the 2 processes" in lines[0]
     assert "process 1 cannot see process 0's run.lock" in lines[0]
-    assert not (tmp_path / "host0" / "metrics.jsonl").exists() and not (tmp_path / "host1" / "config.json").exists()
+    assert (
+        not (tmp_path / "host0" / "metrics.jsonl").exists()
+        and not (tmp_path / "host1" / "config.json").exists()
+    )
 
 
 def test_distributed_config_errors_name_the_fix():
     cfg = {"coordinator_address": "127.0.0.1:1", "num_processes": 2, "process_id": 5}
-    with pytest.raises(parallel.ShardingError, match="0 <= process_id < num_processes .got 2, 5.: set --config"):
+    with pytest.raises(
+        parallel.ShardingError, match="0 <= process_id < num_processes .got 2, 5.: set --config"
+    ):
         parallel.initialize_distributed(cfg)
 
 
@@ -268,16 +327,30 @@ def test_distributed_mode_follows_the_config_and_the_environment(monkeypatch):
     monkeypatch.setenv(parallel.AUTO_ENV, "0")
     assert parallel.distributed_mode({}) == "single"
     monkeypatch.setenv(parallel.AUTO_ENV, "1")
-    assert parallel.distributed_mode({"coordinator_address": "127.0.0.1:9"}) == "explicit"  # explicit wins
+    # explicit wins
+    assert parallel.distributed_mode({"coordinator_address": "127.0.0.1:9"}) == "explicit"
 
 
 def test_auto_without_a_cluster_is_one_line_naming_the_switch(tmp_path):
-    """Asked to discover a cluster where there is none, the CLI says which switch asked and how to unset it."""
-    env = {k: v for k, v in os.environ.items() if k not in ("LBTRAIN_COORDINATOR", "TPU_WORKER_HOSTNAMES")}
+    """Asked to discover a cluster where there is none, the CLI says which switch asked and how to
+    unset it."""
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("LBTRAIN_COORDINATOR", "TPU_WORKER_HOSTNAMES")
+    }
     env[parallel.AUTO_ENV] = "1"
-    done = subprocess.run([sys.executable, "-m", "lbtrain.main", f"--config={CONFIG}", f"--workdir={tmp_path}"],
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-m", "lbtrain.main", f"--config={CONFIG}", f"--workdir={tmp_path}"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 1, done.stderr[-2000:]
     line = done.stderr.strip().splitlines()[-1]
-    assert line.startswith("lbtrain: error: distributed.auto (or $LBTRAIN_DISTRIBUTED_AUTO) asks JAX"), line
+    assert line.startswith(
+        "lbtrain: error: distributed.auto (or $LBTRAIN_DISTRIBUTED_AUTO) asks JAX"
+    ), line
     assert "unset it for a single-host run" in line

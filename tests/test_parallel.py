@@ -1,4 +1,5 @@
-"""The same step on 1 and on 8 (simulated CPU) devices gives the same loss, params and carried state."""
+"""The same step on 1 and on 8 (simulated CPU) devices gives the same loss, params and carried
+state."""
 
 import json
 import os
@@ -31,7 +32,8 @@ SCRIPT = textwrap.dedent(
         return run, state, losses
 
     def max_diff(a, b):
-        return max(float(np.max(np.abs(np.asarray(x) - np.asarray(y)))) for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)))
+        return max(float(np.max(np.abs(np.asarray(x) - np.asarray(y))))\
+ for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)))
 
     rng = np.random.default_rng(0)
     src = ArraySource(image=rng.integers(0, 256, (256, 28, 28)).astype(np.uint8),
@@ -46,7 +48,8 @@ SCRIPT = textwrap.dedent(
         results = {n: train_on(cfg, n, 3, ClassificationData(src, src)) for n in (1, 8)}
         (_, s1, l1), (_, s8, l8) = results[1], results[8]
         out[optimizer] = {
-            "loss_diff": max(abs(a - b) for a, b in zip(l1, l8)), "param_diff": max_diff(s1.params, s8.params),
+            "loss_diff": max(abs(a - b) for a, b in zip(l1, l8)),\
+ "param_diff": max_diff(s1.params, s8.params),
             "losses": l1,
         }
     # the language model: carried LSTM state sharded along the batch, dropout on
@@ -56,9 +59,11 @@ SCRIPT = textwrap.dedent(
     lm = LanguageModelData(Corpus(ids, ids, ids, vocab=None), window=5)
     (_, s1, l1), (_, s8, l8) = train_on(cfg, 1, 4, lm), train_on(cfg, 8, 4, lm)
     out["lm"] = {
-        "loss_diff": max(abs(a - b) for a, b in zip(l1, l8)), "param_diff": max_diff(s1.params, s8.params),
+        "loss_diff": max(abs(a - b) for a, b in zip(l1, l8)),\
+ "param_diff": max_diff(s1.params, s8.params),
         "carry_diff": max_diff(s1.carry, s8.carry),
-        "carry_devices": sorted({len(x.sharding.device_set) for x in jax.tree.leaves(s8.carry)}), "losses": l1,
+        "carry_devices": sorted({len(x.sharding.device_set) for x in jax.tree.leaves(s8.carry)}),\
+ "losses": l1,
     }
     # GNMT: bucketed padded batches, attention masks, and the decoded ids gathered for BLEU
     cfg = config_lib.load_config("configs/gnmt.py:runlocal=True,batch=32")
@@ -88,7 +93,14 @@ SCRIPT = textwrap.dedent(
 def test_one_device_equals_eight_devices():
     env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8")
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    proc = subprocess.run([sys.executable, "-c", SCRIPT], env=env, cwd=root, capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [sys.executable, "-c", SCRIPT],
+        env=env,
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     for optimizer in ("momentum", "lars"):
@@ -102,5 +114,9 @@ def test_one_device_equals_eight_devices():
     assert lm["losses"][0] != lm["losses"][3]
     g = out["gnmt"]
     assert g["loss_diff"] < 1e-5 and g["param_diff"] < 1e-5 and g["ids_equal"], g
-    assert g["ids_shape"] == [32, 12] and g["losses"][0] != g["losses"][2]  # 24 sentences in 2 batches of 16
-    assert out["error"] == "batch_size=12 is not divisible by the 8 devices: use a multiple of 8 (e.g. 8 or 16)"
+    # 24 sentences in 2 batches of 16
+    assert g["ids_shape"] == [32, 12] and g["losses"][0] != g["losses"][2]
+    assert (
+        out["error"]
+        == "batch_size=12 is not divisible by the 8 devices: use a multiple of 8 (e.g. 8 or 16)"
+    )

@@ -1,5 +1,5 @@
-"""The progress line: rates and the ETA leave the compiling step out, units are words, a live bar only on
-a terminal. A fake clock makes every number computable by hand."""
+"""The progress line: rates and the ETA leave the compiling step out, units are words, a live bar
+only on a terminal. A fake clock makes every number computable by hand."""
 
 import io
 
@@ -25,25 +25,31 @@ class Terminal(io.StringIO):
 def _no_forced_mode(monkeypatch):
     monkeypatch.delenv("LBTRAIN_PROGRESS", raising=False)
     monkeypatch.delenv("TERM", raising=False)
-    # the bar's width follows the terminal (shutil.get_terminal_size reads COLUMNS first): pinned, so the
-    # tests see the same bar under any runner (a pytest-xdist worker's inherited size may be 80 columns)
+    # the bar's width follows the terminal (shutil.get_terminal_size reads COLUMNS first): pinned,
+    # so the tests see the same bar under any runner (a pytest-xdist worker's inherited size may be
+    # 80 columns)
     monkeypatch.setenv("COLUMNS", "160")
     monkeypatch.setenv("LINES", "24")
 
 
 def test_eta_uses_the_rate_after_the_compiled_step():
     clock, out = Clock(), io.StringIO()
-    p = Progress(total_steps=1000, steps_per_epoch=100, items_per_step=32, stream=out, unit="ex", clock=clock)
+    p = Progress(
+        total_steps=1000, steps_per_epoch=100, items_per_step=32, stream=out, unit="ex", clock=clock
+    )
     p.start(0)
     clock.t += 30.0  # step 1 compiles: 30 s
     p.compiled(1)
     clock.t += 9 * 0.5  # steps 2..10 at 0.5 s each
     rate = p.update(10, loss=1.25, lr=0.1)
-    assert rate == pytest.approx(9 * 32 / 4.5)  # 64 examples/s; with the compile in it would be 320 / 34.5
+    # 64 examples/s; with the compile in it would be 320 / 34.5
+    assert rate == pytest.approx(9 * 32 / 4.5)
     # by hand: 990 steps left at 0.5 s per step
     assert p.eta(10) == pytest.approx(495.0)
     line = out.getvalue().strip()
-    assert line.startswith("step 10/1000 | epoch 0.10 | loss 1.2500 | lr 0.1 | 64 examples/s | ETA 8m15s")
+    assert line.startswith(
+        "step 10/1000 | epoch 0.10 | loss 1.2500 | lr 0.1 | 64 examples/s | ETA 8m15s"
+    )
     assert "first step (compiling) 30.0s" in line
     assert format_duration(495.0) == "8m15s"
 
@@ -67,7 +73,9 @@ def test_eta_averages_every_timed_step_and_leaves_out_evaluations():
 
 def test_eta_is_measuring_until_a_step_after_the_compiled_one_was_timed():
     clock, out = Clock(), io.StringIO()
-    p = Progress(total_steps=50, steps_per_epoch=10, items_per_step=20, stream=out, unit="tok", clock=clock)
+    p = Progress(
+        total_steps=50, steps_per_epoch=10, items_per_step=20, stream=out, unit="tok", clock=clock
+    )
     p.start(0)
     clock.t += 8.0
     p.compiled(1)
@@ -93,8 +101,16 @@ def test_a_resumed_run_starts_timing_at_its_checkpoint_step():
     assert out.getvalue().startswith("step 155/200 | epoch 15.50 |")
 
 
-@pytest.mark.parametrize("code, word", [("ex", "examples"), ("img", "images"), ("tok", "tokens"),
-                                        ("pair", "sentence pairs"), ("frames", "frames")])  # fmt: skip
+@pytest.mark.parametrize(
+    "code, word",
+    [
+        ("ex", "examples"),
+        ("img", "images"),
+        ("tok", "tokens"),
+        ("pair", "sentence pairs"),
+        ("frames", "frames"),
+    ],
+)
 def test_units_are_words(code, word):
     assert unit_name(code) == word
     clock, out = Clock(), io.StringIO()
@@ -138,7 +154,8 @@ def test_a_live_bar_on_a_terminal():
     assert "\r" in text and "%|" in text  # redrawn in place, with a bar
     assert " 20%|" in text and "step 20/100 | epoch 2.00 | loss 0.2500" in text
     assert "64 examples/s | ETA 10s" in text  # 80 steps left at 0.125 s
-    assert text.count("\n") == 2  # the eval line and the bar left on screen at close: no line per update
+    # the eval line and the bar left on screen at close: no line per update
+    assert text.count("\n") == 2
 
 
 @pytest.mark.parametrize("setting, live", [("plain", False), ("bar", True)])

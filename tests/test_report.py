@@ -1,5 +1,6 @@
-"""experiments/report.py on hand-made per-run files: the target from the base runs, steps to target, mean +-
-standard error over seeds, diverged runs, the noise-scale ratio, and byte-identical re-rendering."""
+"""experiments/report.py on hand-made per-run files: the target from the base runs, steps to target,
+mean +- standard error over seeds, diverged runs, the noise-scale ratio, and byte-identical
+re-rendering."""
 
 import json
 import math
@@ -15,25 +16,73 @@ SPE = 10  # steps per epoch of every fake run
 def fake_run(root, name, accuracies, batch, *, noise=None, failure=None, total=None):
     d = root / "runs" / name
     d.mkdir(parents=True)
-    rows = [{"step": SPE * (i + 1), "kind": "eval", "accuracy": a, "epoch": i + 1.0, "train_time_s": 2.0 * (i + 1)}
-            for i, a in enumerate(accuracies)]  # fmt: skip
+    rows = [
+        {
+            "step": SPE * (i + 1),
+            "kind": "eval",
+            "accuracy": a,
+            "epoch": i + 1.0,
+            "train_time_s": 2.0 * (i + 1),
+        }
+        for i, a in enumerate(accuracies)
+    ]
     for i, (g, t) in enumerate(noise or []):
-        rows.append({"step": i + 1, "kind": "train", "lr": 0.1, "epoch": (i + 1) / SPE, "noise_grad_sq": g,
-                     "noise_trace": t, "loss_count": float(batch)})  # fmt: skip
+        rows.append(
+            {
+                "step": i + 1,
+                "kind": "train",
+                "lr": 0.1,
+                "epoch": (i + 1) / SPE,
+                "noise_grad_sq": g,
+                "noise_trace": t,
+                "loss_count": float(batch),
+            }
+        )
     (d / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     if failure:
         (d / "failure.json").write_text(json.dumps({"exit": 1, "error": failure}))
         return
-    plan = {"total_steps": total or SPE * len(accuracies), "peak_lr": 0.1, "warmup_steps": 2, "optimizer": "sgd"}
-    run_plan = {"num_train": 100 * batch // 10, "global_batch": batch, "steps_per_epoch": SPE, "unit": "ex"}
-    (d / "results.json").write_text(json.dumps({"plan": plan, "run_plan": run_plan, "train_time_s": 1.0}))
+    plan = {
+        "total_steps": total or SPE * len(accuracies),
+        "peak_lr": 0.1,
+        "warmup_steps": 2,
+        "optimizer": "sgd",
+    }
+    run_plan = {
+        "num_train": 100 * batch // 10,
+        "global_batch": batch,
+        "steps_per_epoch": SPE,
+        "unit": "ex",
+    }
+    (d / "results.json").write_text(
+        json.dumps({"plan": plan, "run_plan": run_plan, "train_time_s": 1.0})
+    )
 
 
 def experiment():
-    local = Plan(sweep(10, (1, 4), ("legw", "linear"), seeds=(0, 1), base_lr=0.1, sensitivity=(),
-                       noise_overrides=()), "fake")  # fmt: skip
-    return Experiment("fake", "configs/mnist_lstm.py", "accuracy", "eval", "max", "a claim", 0.02, Plan((), "none"),
-                      local)  # fmt: skip
+    local = Plan(
+        sweep(
+            10,
+            (1, 4),
+            ("legw", "linear"),
+            seeds=(0, 1),
+            base_lr=0.1,
+            sensitivity=(),
+            noise_overrides=(),
+        ),
+        "fake",
+    )
+    return Experiment(
+        "fake",
+        "configs/mnist_lstm.py",
+        "accuracy",
+        "eval",
+        "max",
+        "a claim",
+        0.02,
+        Plan((), "none"),
+        local,
+    )
 
 
 def test_targets_steps_seeds_divergence_and_noise(tmp_path):
@@ -41,7 +90,13 @@ def test_targets_steps_seeds_divergence_and_noise(tmp_path):
     fake_run(tmp_path, "b10_base_s1", [0.6, 0.85, 0.94, 0.93, 0.93], 10)
     fake_run(tmp_path, "b40_legw_s0", [0.7, 0.91, 0.92, 0.9, 0.95], 40)
     fake_run(tmp_path, "b40_legw_s1", [0.4, 0.5, 0.6, 0.7, 0.8], 40)
-    fake_run(tmp_path, "b40_linear_s0", [0.3], 40, failure="lbtrain: error: non-finite loss (x) at step 3")
+    fake_run(
+        tmp_path,
+        "b40_linear_s0",
+        [0.3],
+        40,
+        failure="lbtrain: error: non-finite loss (x) at step 3",
+    )
     fake_run(tmp_path, "b40_linear_s1", [0.2, 0.3, 0.4, 0.5, 0.6], 40)
     # B_simple: trace / |G|^2 = 20 in every window, so the batch of 40 is 2x it and the base 0.5x
     fake_run(tmp_path, "b10_noise", [0.5], 10, noise=[(1.0, 20.0)] * 20)
@@ -51,9 +106,17 @@ def test_targets_steps_seeds_divergence_and_noise(tmp_path):
     target = (0.92 + 0.94) / 2 - 0.02  # the base runs' mean best, within the tolerance
     assert math.isclose(s["target"], target)
     rows = {r["run"]: r for r in s["rows"]}
-    assert rows["b10_base_s0"]["steps_to_target"] == 40 and rows["b10_base_s1"]["steps_to_target"] == 30
-    assert rows["b40_legw_s0"]["steps_to_target"] == 20 and rows["b40_legw_s1"]["steps_to_target"] is None
-    assert rows["b40_linear_s0"]["stopped"] and rows["b40_linear_s0"]["status"].startswith("stopped: non-finite")
+    assert (
+        rows["b10_base_s0"]["steps_to_target"] == 40
+        and rows["b10_base_s1"]["steps_to_target"] == 30
+    )
+    assert (
+        rows["b40_legw_s0"]["steps_to_target"] == 20
+        and rows["b40_legw_s1"]["steps_to_target"] is None
+    )
+    assert rows["b40_linear_s0"]["stopped"] and rows["b40_linear_s0"]["status"].startswith(
+        "stopped: non-finite"
+    )
     assert [n["b_simple"] for n in s["noise"]] == [20.0, 20.0, 20.0]
 
     agg = report.cells(exp, s["rows"])
@@ -65,23 +128,52 @@ def test_targets_steps_seeds_divergence_and_noise(tmp_path):
     assert linear["stopped"] == 1 and linear["final"] == 0.6 and linear["reached"] == 0
 
     out = str(tmp_path / "fake_local")
-    report.render(exp, True, str(tmp_path), out, "python scripts/reproduce.py --experiment=fake --local")
+    report.render(
+        exp, True, str(tmp_path), out, "python scripts/reproduce.py --experiment=fake --local"
+    )
     md = open(out + ".md").read()
     assert f"Target: accuracy >= {target:.4g}" in md
     assert "(35 steps, x1, 2/2)" in md  # the base: the mean of 40 and 30
-    assert f"| 40 | 4 | {legw['final']:.4g} +- {legw['final_se']:.2g} (20 steps, x1.8, 1/2) | " in md  # 35 / 20
-    assert "0.6 (target 0/2, diverged 1/2) | 2 | 2 | 2 |" in md  # batch / B_simple = 40 / 20 in each window
-    first = {p: open(os.path.join(tmp_path, p), "rb").read() for p in os.listdir(tmp_path) if p.startswith("fake")}
-    report.render(exp, True, str(tmp_path), out, "python scripts/reproduce.py --experiment=fake --local")
+    # 35 / 20
+    assert (
+        f"| 40 | 4 | {legw['final']:.4g} +- {legw['final_se']:.2g} (20 steps, x1.8, 1/2) | " in md
+    )
+    # batch / B_simple = 40 / 20 in each window
+    assert "0.6 (target 0/2, diverged 1/2) | 2 | 2 | 2 |" in md
+    first = {
+        p: open(os.path.join(tmp_path, p), "rb").read()
+        for p in os.listdir(tmp_path)
+        if p.startswith("fake")
+    }
+    report.render(
+        exp, True, str(tmp_path), out, "python scripts/reproduce.py --experiment=fake --local"
+    )
     assert {p: open(os.path.join(tmp_path, p), "rb").read() for p in first} == first
 
 
 def test_side_seeds_run_the_claim_and_base_on_every_seed_and_say_so(tmp_path):
-    runs = sweep(10, (1, 4), ("legw", "linear", "sqrt"), seeds=(0, 1, 2), side_seeds=(0,), base_lr=0.1,
-                 sensitivity=(2.0,), noise_overrides=None)  # fmt: skip
+    runs = sweep(
+        10,
+        (1, 4),
+        ("legw", "linear", "sqrt"),
+        seeds=(0, 1, 2),
+        side_seeds=(0,),
+        base_lr=0.1,
+        sensitivity=(2.0,),
+        noise_overrides=None,
+    )
     names = [r.name for r in runs]
-    assert names == ["b10_base_s0", "b10_base_s1", "b10_base_s2", "b40_legw_s0", "b40_legw_s1", "b40_legw_s2",
-                     "b40_linear_s0", "b40_sqrt_s0", "b40_legw_lr2_s0"]  # fmt: skip
+    assert names == [
+        "b10_base_s0",
+        "b10_base_s1",
+        "b10_base_s2",
+        "b40_legw_s0",
+        "b40_legw_s1",
+        "b40_legw_s2",
+        "b40_linear_s0",
+        "b40_sqrt_s0",
+        "b40_legw_lr2_s0",
+    ]
     assert next(r for r in runs if r.name == "b40_legw_s2").overrides[-1] == "--config.seed=2"
 
     for name in ("b10_base_s0", "b10_base_s1", "b10_base_s2"):
@@ -90,10 +182,21 @@ def test_side_seeds_run_the_claim_and_base_on_every_seed_and_say_so(tmp_path):
     fake_run(tmp_path, "b40_legw_s1", [0.5, 0.7], 40)
     fake_run(tmp_path, "b40_linear_s0", [0.5, 0.6], 40)
     exp = experiment()
-    exp = Experiment(exp.name, exp.config, exp.metric, exp.split, exp.direction, exp.claim, exp.tolerance, exp.full,
-                     Plan(runs, "fake"))  # fmt: skip
+    exp = Experiment(
+        exp.name,
+        exp.config,
+        exp.metric,
+        exp.split,
+        exp.direction,
+        exp.claim,
+        exp.tolerance,
+        exp.full,
+        Plan(runs, "fake"),
+    )
     s = report.summarize(exp, exp.local, str(tmp_path), local=True)
     line = next(x for x in report_page.caveats(exp, exp.local, s, True) if x.startswith("- Seeds"))
     # what finished, grouped: the base on 3 seeds, legw on 2 so far, linear on 1
-    assert line.startswith("- Seeds: 3 (0, 1, 2) for `base`; 2 (0, 1) for `legw`; 1 (0) for `linear`. ")
+    assert line.startswith(
+        "- Seeds: 3 (0, 1, 2) for `base`; 2 (0, 1) for `legw`; 1 (0) for `linear`. "
+    )
     assert report.cells(exp, s["rows"])[(40, "linear")]["final_se"] is None

@@ -1,6 +1,6 @@
-"""scripts/reproduce.py: an experiment of tiny runs goes run -> kill -> resume -> publish -> render; the
-rendered table holds exactly the numbers of the runs' metrics.jsonl, and --render rebuilds it byte for byte
-from the published per-run files alone."""
+"""scripts/reproduce.py: an experiment of tiny runs goes run -> kill -> resume -> publish -> render;
+the rendered table holds exactly the numbers of the runs' metrics.jsonl, and --render rebuilds it
+byte for byte from the published per-run files alone."""
 
 import csv
 import json
@@ -21,7 +21,8 @@ EXPERIMENT = textwrap.dedent(
     from experiments.common import Experiment, Plan, sweep
 
     EXPERIMENT = Experiment(
-        name="tiny", config="configs/mnist_lstm.py", metric="accuracy", split="eval", direction="max",
+        name="tiny", config="configs/mnist_lstm.py", metric="accuracy",\
+ split="eval", direction="max",
         claim="a claim", tolerance=0.05,
         full=Plan((), "none"),
         local=Plan(sweep(16, (1, 4), ("legw",), "runlocal=True,epochs=3", seeds=(0, 1), base_lr=0.1,
@@ -32,10 +33,24 @@ EXPERIMENT = textwrap.dedent(
 
 
 def reproduce(exp_path, runs, out, *args, **kw):
-    cmd = [sys.executable, "scripts/reproduce.py", f"--experiment={exp_path}", "--local", f"--runs_dir={runs}",
-           f"--results={out}", *args]  # fmt: skip
-    return subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            start_new_session=True, **kw)  # fmt: skip
+    cmd = [
+        sys.executable,
+        "scripts/reproduce.py",
+        f"--experiment={exp_path}",
+        "--local",
+        f"--runs_dir={runs}",
+        f"--results={out}",
+        *args,
+    ]
+    return subprocess.Popen(
+        cmd,
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+        **kw,
+    )
 
 
 @pytest.mark.slow
@@ -46,7 +61,8 @@ def test_run_kill_resume_render(tmp_path):
     proc = reproduce(exp_path, runs, out)
     first = runs / "b16_base_s0"
     deadline = time.time() + 300
-    while time.time() < deadline:  # kill the whole process group once the first run has a checkpoint
+    # kill the whole process group once the first run has a checkpoint
+    while time.time() < deadline:
         ckpts = first / "checkpoints"
         if ckpts.is_dir() and any(p.name.isdigit() for p in ckpts.iterdir()):
             break
@@ -58,7 +74,14 @@ def test_run_kill_resume_render(tmp_path):
     done = reproduce(exp_path, runs, out)
     log = done.communicate(timeout=600)[0]
     assert done.returncode == 0, log
-    names = ["b16_base_s0", "b16_base_s1", "b64_legw_s0", "b64_legw_s1", "b64_legw_lr2_s0", "b64_legw_lr2_s1"]
+    names = [
+        "b16_base_s0",
+        "b16_base_s1",
+        "b64_legw_s0",
+        "b64_legw_s1",
+        "b64_legw_lr2_s0",
+        "b64_legw_lr2_s1",
+    ]
     for name in names:
         assert f"{name}: done (published)" in log
     assert "resuming from the checkpoint" in (first / "stdout.log").read_text()
@@ -67,8 +90,12 @@ def test_run_kill_resume_render(tmp_path):
 
     published = out / "tiny_local" / "runs"
     assert sorted(os.listdir(published)) == sorted(names)
-    assert sorted(os.listdir(published / "b64_legw_s1")) == ["config.json", "metrics.jsonl", "provenance.json",
-                                                             "results.json"]  # no checkpoints
+    assert sorted(os.listdir(published / "b64_legw_s1")) == [
+        "config.json",
+        "metrics.jsonl",
+        "provenance.json",
+        "results.json",
+    ]  # no checkpoints
     with open(out / "tiny_local.csv") as f:
         rows = {r["run"]: r for r in csv.DictReader(f)}
     md = (out / "tiny_local.md").read_text()
@@ -76,30 +103,41 @@ def test_run_kill_resume_render(tmp_path):
     for name in names:
         evals = [json.loads(line) for line in open(runs / name / "metrics.jsonl")]
         evals = [e for e in evals if e["kind"] == "eval"]
-        assert [e["step"] for e in evals] == sorted({e["step"] for e in evals})  # each eval once after resume
+        # each eval once after resume
+        assert [e["step"] for e in evals] == sorted({e["step"] for e in evals})
         finals[name] = evals[-1]["accuracy"]
         assert float(rows[name]["final"]) == evals[-1]["accuracy"]
         assert float(rows[name]["best"]) == max(e["accuracy"] for e in evals)
         assert int(rows[name]["steps"]) == evals[-1]["step"]
-    # the target: the base runs' mean best accuracy - 0.05; steps to target = the first eval reaching it
+    # the target: the base runs' mean best accuracy - 0.05; steps to target = the first eval
+    # reaching it
     base_best = [float(rows[n]["best"]) for n in ("b16_base_s0", "b16_base_s1")]
     target = sum(base_best) / 2 - 0.05
     assert f"Target: accuracy >= {target:.4g}" in md
     for name in names:
         evals = [json.loads(line) for line in open(runs / name / "metrics.jsonl")]
-        hit = next((e["step"] for e in evals if e["kind"] == "eval" and e["accuracy"] >= target), None)
+        hit = next(
+            (e["step"] for e in evals if e["kind"] == "eval" and e["accuracy"] >= target), None
+        )
         assert rows[name]["steps_to_target"] == ("" if hit is None else str(hit))
     mean = (finals["b64_legw_s0"] + finals["b64_legw_s1"]) / 2
     assert f"| 64 | 4 | {mean:.4g} +- " in md  # mean +- standard error over the two seeds
-    assert rows["b64_legw_s0"]["peak_lr"] == str(0.1 * 2.0) and rows["b64_legw_lr2_s0"]["peak_lr"] == str(0.4)
+    assert rows["b64_legw_s0"]["peak_lr"] == str(0.1 * 2.0) and rows["b64_legw_lr2_s0"][
+        "peak_lr"
+    ] == str(0.4)
     provenance = json.loads((published / "b16_base_s0" / "provenance.json").read_text())
     assert provenance["seed"] == 0 and len(provenance["code"]["commit"]) == 40
     assert json.loads((published / "b16_base_s1" / "provenance.json").read_text())["seed"] == 1
-    assert "Paper's claim: a claim." in md and "--experiment=tiny --local" in md and "Seeds: 2 per setting" in md
+    assert (
+        "Paper's claim: a claim." in md
+        and "--experiment=tiny --local" in md
+        and "Seeds: 2 per setting" in md
+    )
     for suffix in ("metric_vs_batch", "lr", "curves"):
         assert (out / f"tiny_local_{suffix}.png").stat().st_size > 1000
 
-    # --render rebuilds every file from the published runs alone (the run folders gone), byte for byte
+    # --render rebuilds every file from the published runs alone (the run folders gone), byte for
+    # byte
     before = {p: p.read_bytes() for p in out.iterdir() if p.is_file()}
     shutil.rmtree(runs)
     for p in before:

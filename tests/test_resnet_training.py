@@ -1,5 +1,5 @@
-"""ResNet end to end: BatchNorm over the global batch (8 devices = 1), the LEGW table as configs, the
-optimizer comparison configs, and a runlocal run on the digits well above chance."""
+"""ResNet end to end: BatchNorm over the global batch (8 devices = 1), the LEGW table as configs,
+the optimizer comparison configs, and a runlocal run on the digits well above chance."""
 
 import json
 import os
@@ -28,8 +28,10 @@ SCRIPT = textwrap.dedent(
     scale = np.repeat(np.linspace(0.2, 5.0, 8), 8)[:, None, None, None]
     src = ArraySource(image=(rng.normal(size=(64, 8, 8, 1)) * scale).astype(np.float32),
                       label=rng.integers(0, 10, 64).astype(np.int32))
-    cfg = config_lib.load_config("configs/resnet50_imagenet.py:runlocal=True,batch=64,optimizer=momentum")
-    cfg.unlock(); cfg.model.width = 4; cfg.optim.schedule.warmup_epochs = 0.0; cfg.model.zero_init_last_bn = False
+    cfg =\
+ config_lib.load_config("configs/resnet50_imagenet.py:runlocal=True,batch=64,optimizer=momentum")
+    cfg.unlock(); cfg.model.width = 4; cfg.optim.schedule.warmup_epochs = 0.0;\
+ cfg.model.zero_init_last_bn = False
     cfg.eval_batch_size = 64
     results = {}
     for n in (1, 8):
@@ -54,7 +56,14 @@ SCRIPT = textwrap.dedent(
 
 def test_batchnorm_statistics_are_global_eight_devices_equal_one():
     env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8")
-    proc = subprocess.run([sys.executable, "-c", SCRIPT], env=env, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [sys.executable, "-c", SCRIPT],
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     r = json.loads(proc.stdout.strip().splitlines()[-1])
     assert r["loss"] < 1e-5 and r["params"] < 1e-5 and r["stats"] < 1e-5, r
@@ -62,15 +71,28 @@ def test_batchnorm_statistics_are_global_eight_devices_equal_one():
 
 
 @pytest.mark.parametrize(
-    "batch, lr, warmup", [(512, 4.0, 10 / 64), (1024, 4 * 2**0.5, 10 / 32), (4096, 2**3.5, 1.25), (32768, 32.0, 10.0)]
+    "batch, lr, warmup",
+    [(512, 4.0, 10 / 64), (1024, 4 * 2**0.5, 10 / 32), (4096, 2**3.5, 1.25), (32768, 32.0, 10.0)],
 )
 def test_legw_reproduces_the_papers_lars_table(batch, lr, warmup):
     cfg = config_lib.load_config(f"{CONFIG}:batch={batch},scheme=legw")
     steps_per_epoch = 1_281_167 // batch
-    _, plan = optim.make(cfg.optim, batch_size=batch, steps_per_epoch=steps_per_epoch, num_epochs=cfg.num_epochs)
-    assert plan.peak_lr == pytest.approx(lr, rel=1e-6) and plan.warmup_epochs == pytest.approx(warmup)
-    assert cfg.optim.name == "lars" and cfg.optim.weight_decay == 1e-4 and cfg.model.label_smoothing == 0.1
-    assert cfg.optim.schedule.decay == "poly" and cfg.optim.schedule.poly.power == 2.0 and cfg.num_epochs == 90
+    _, plan = optim.make(
+        cfg.optim, batch_size=batch, steps_per_epoch=steps_per_epoch, num_epochs=cfg.num_epochs
+    )
+    assert plan.peak_lr == pytest.approx(lr, rel=1e-6) and plan.warmup_epochs == pytest.approx(
+        warmup
+    )
+    assert (
+        cfg.optim.name == "lars"
+        and cfg.optim.weight_decay == 1e-4
+        and cfg.model.label_smoothing == 0.1
+    )
+    assert (
+        cfg.optim.schedule.decay == "poly"
+        and cfg.optim.schedule.poly.power == 2.0
+        and cfg.num_epochs == 90
+    )
 
 
 @pytest.mark.parametrize("name", ["lars", "momentum", "adam", "adagrad", "rmsprop"])

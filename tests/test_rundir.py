@@ -1,7 +1,7 @@
-"""The run directory layer on local folders and the GCS emulator: atomic JSON, the write probe's one-line
-errors (real permission denial, a real full file system, a file in the way, a missing or unreachable
-bucket, a missing extra), the workdir lock (live owner, dead owner, racing processes, heartbeat) and
-data-derived artefacts with provenance."""
+"""The run directory layer on local folders and the GCS emulator: atomic JSON, the write probe's
+one-line errors (real permission denial, a real full file system, a file in the way, a missing or
+unreachable bucket, a missing extra), the workdir lock (live owner, dead owner, racing processes,
+heartbeat) and data-derived artefacts with provenance."""
 
 import json
 import os
@@ -36,7 +36,8 @@ def test_json_round_trip_and_replace(where, tmp_path, request):
     rundir.write_json(p, {"a": 1, "nested": {"b": [1, 2]}})
     rundir.write_json(p, {"a": 2})
     assert rundir.read_json(p) == {"a": 2}
-    assert [q.name for q in epath.Path(wd).iterdir()] == ["config.json"]  # no temporary file left behind
+    # no temporary file left behind
+    assert [q.name for q in epath.Path(wd).iterdir()] == ["config.json"]
     rundir.write_json(f"{wd}/other.json", {"x": 1}, is_writer=False)
     assert not epath.Path(f"{wd}/other.json").exists()
 
@@ -54,7 +55,9 @@ def test_local_write_is_atomic_under_a_full_disk(tmp_path):
 
 def test_unparsable_json_is_one_line(tmp_path):
     (tmp_path / "results.json").write_text("{not json")
-    with pytest.raises(StorageError, match=r"results.json is not valid JSON .*: remove it or restore it"):
+    with pytest.raises(
+        StorageError, match=r"results.json is not valid JSON .*: remove it or restore it"
+    ):
         rundir.read_json(tmp_path / "results.json")
 
 
@@ -65,16 +68,20 @@ def test_probe_permission_denied_names_the_path(tmp_path):
     root_only = tmp_path / "read-only-folder"
     root_only.mkdir()
     os.chmod(root_only, 0o555)
-    done = run_without_file_permission_override(textwrap.dedent(f"""
+    done = run_without_file_permission_override(
+        textwrap.dedent(f"""
         from lbtrain import rundir
         from lbtrain.errors import StorageError
         try:
             rundir.check_writable({str(root_only / "run")!r})
         except StorageError as e:
             print(e)
-    """))
-    assert done.stdout.strip() == (f"workdir {root_only / 'run'} is not writable (permission denied): free space, "
-                                   "fix permissions, or choose another --workdir"), done.stderr[-2000:]  # fmt: skip
+    """)
+    )
+    assert done.stdout.strip() == (
+        f"workdir {root_only / 'run'} is not writable (permission denied): free space, "
+        "fix permissions, or choose another --workdir"
+    ), done.stderr[-2000:]
 
 
 def test_probe_full_disk_names_the_path(tmp_path):
@@ -82,13 +89,18 @@ def test_probe_full_disk_names_the_path(tmp_path):
         (mount / "filler").write_bytes(b"x" * 4096)
         with pytest.raises(StorageError) as err:
             rundir.check_writable(mount / "run")
-    assert str(err.value) == (f"workdir {mount / 'run'} is not writable (no space left on the device): free space, "
-                              "fix permissions, or choose another --workdir")  # fmt: skip
+    assert str(err.value) == (
+        f"workdir {mount / 'run'} is not writable (no space left on the device): free space, "
+        "fix permissions, or choose another --workdir"
+    )
 
 
 def test_probe_file_in_the_way(tmp_path):
     (tmp_path / "a-file").write_text("x")
-    with pytest.raises(StorageError, match=r"a-file/run is not writable \(a file stands where a folder is expected\)"):
+    with pytest.raises(
+        StorageError,
+        match=r"a-file/run is not writable \(a file stands where a folder is expected\)",
+    ):
         rundir.check_writable(tmp_path / "a-file" / "run")
 
 
@@ -97,7 +109,9 @@ def test_probe_missing_bucket(gcs):
         rundir.check_writable("gs://no-such-bucket-here/run")
     message = str(err.value)
     assert message.startswith("workdir gs://no-such-bucket-here/run is not writable (")
-    assert message.endswith("create the bucket, check its name and your credentials, or choose another --workdir")
+    assert message.endswith(
+        "create the bucket, check its name and your credentials, or choose another --workdir"
+    )
     assert "\n" not in message
 
 
@@ -106,24 +120,51 @@ def test_probe_unreachable_bucket():
     closed = socket.socket()
     closed.bind(("127.0.0.1", 0))
     port = closed.getsockname()[1]  # bound, never listening: connections are refused
-    env = {"STORAGE_EMULATOR_HOST": f"http://127.0.0.1:{port}", "GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT": "false"}
-    code = ("from lbtrain import rundir\nfrom lbtrain.errors import StorageError\n"
-            "try:\n    rundir.check_writable('gs://bucket/run')\nexcept StorageError as e:\n    print(e)")
-    done = subprocess.run([sys.executable, "-c", code], check=False, cwd=ROOT, env=dict(os.environ, PYTHONPATH=ROOT, **env), capture_output=True, text=True,
-                          timeout=300)  # fmt: skip
+    env = {
+        "STORAGE_EMULATOR_HOST": f"http://127.0.0.1:{port}",
+        "GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT": "false",
+    }
+    code = (
+        "from lbtrain import rundir\nfrom lbtrain.errors import StorageError\n"
+        "try:\n    rundir.check_writable('gs://bucket/run')\nexcept StorageError as e:\n    "
+        "print(e)"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        check=False,
+        cwd=ROOT,
+        env=dict(os.environ, PYTHONPATH=ROOT, **env),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     closed.close()
     out = done.stdout.strip()
-    assert out.startswith("workdir gs://bucket/run is not writable (") and "127.0.0.1" in out, done.stderr[-2000:]
+    assert out.startswith("workdir gs://bucket/run is not writable (") and "127.0.0.1" in out, (
+        done.stderr[-2000:]
+    )
     assert len(out.splitlines()) == 1
 
 
 def test_missing_cloud_extra_says_what_to_install():
-    code = ("import sys\nsys.modules['gcsfs'] = None\nfrom lbtrain import rundir\nfrom lbtrain.errors import "
-            "StorageError\ntry:\n    rundir.path('gs://bucket/run')\nexcept StorageError as e:\n    print(e)")  # fmt: skip
-    done = subprocess.run([sys.executable, "-c", code], check=False, cwd=ROOT, env=dict(os.environ, PYTHONPATH=ROOT),
-                          capture_output=True, text=True, timeout=120)  # fmt: skip
-    assert done.stdout.strip() == ("gs://bucket/run is a Cloud Storage path and gcsfs is not installed: "
-                                   "pip install 'lbtrain[gcs]'"), done.stderr[-2000:]  # fmt: skip
+    code = (
+        "import sys\nsys.modules['gcsfs'] = None\nfrom lbtrain import rundir\n"
+        "from lbtrain.errors import StorageError\n"
+        "try:\n    rundir.path('gs://bucket/run')\nexcept StorageError as e:\n    print(e)"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        check=False,
+        cwd=ROOT,
+        env=dict(os.environ, PYTHONPATH=ROOT),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.stdout.strip() == (
+        "gs://bucket/run is a Cloud Storage path and gcsfs is not installed: "
+        "pip install 'lbtrain[gcs]'"
+    ), done.stderr[-2000:]
 
 
 def test_other_schemes_are_refused():
@@ -141,8 +182,17 @@ def dead_pid() -> int:
 
 
 def plant_lock(wd, host, pid, heartbeat):
-    rundir.write_json(f"{wd}/run.lock", {"host": host, "pid": pid, "started": heartbeat, "heartbeat": heartbeat,
-                                         "started_utc": "2026-01-01T00:00:00Z", "token": "planted"})  # fmt: skip
+    rundir.write_json(
+        f"{wd}/run.lock",
+        {
+            "host": host,
+            "pid": pid,
+            "started": heartbeat,
+            "heartbeat": heartbeat,
+            "started_utc": "2026-01-01T00:00:00Z",
+            "token": "planted",
+        },
+    )
 
 
 @pytest.mark.parametrize("where", ["local", "gcs"])
@@ -153,8 +203,9 @@ def test_live_owner_refuses_a_second_run(where, tmp_path, request):
         with pytest.raises(rundir.WorkdirLocked) as err:
             rundir.lock(wd)
     assert str(err.value) == (
-        f"workdir {wd} is in use by another run (host {socket.gethostname()}, pid {os.getpid()}, started "
-        f"{owner['started_utc']}; lock {wd}/run.lock): wait for it to finish, stop it, or choose another --workdir"
+        f"workdir {wd} is in use by another run (host {socket.gethostname()}, pid {os.getpid()}, "
+        f"started {owner['started_utc']}; lock {wd}/run.lock): wait for it to finish, stop it, or "
+        "choose another --workdir"
     )
     assert not epath.Path(f"{wd}/run.lock").exists()  # released
     rundir.lock(wd, heartbeat_s=0).release()  # and free again
@@ -166,8 +217,11 @@ def test_dead_owner_is_taken_over_with_a_warning(where, tmp_path, request, capsy
     pid = dead_pid()
     plant_lock(wd, socket.gethostname(), pid, time.time())
     held = rundir.lock(wd, heartbeat_s=0)
-    assert f"lbtrain: warning: taking over {wd}/run.lock: its owner (host {socket.gethostname()}, pid {pid}, " \
-           f"started 2026-01-01T00:00:00Z) is dead (process {pid} on this host is gone)" in capsys.readouterr().err  # fmt: skip
+    assert (
+        f"lbtrain: warning: taking over {wd}/run.lock: its owner (host {socket.gethostname()}, "
+        f"pid {pid}, started 2026-01-01T00:00:00Z) is dead (process {pid} on this host is gone)"
+        in capsys.readouterr().err
+    )
     assert rundir.read_json(f"{wd}/run.lock")["pid"] == os.getpid()
     held.release()
 
@@ -229,9 +283,17 @@ def test_racing_processes_exactly_one_wins(where, previous, tmp_path, request):
     if previous == "dead":
         plant_lock(wd, socket.gethostname(), dead_pid(), time.time())
     start = time.time() + 4  # all four start their attempt at the same instant
-    procs = [subprocess.Popen([sys.executable, "-c", RACER, wd, str(start)], cwd=ROOT, text=True,
-                              env=dict(os.environ, PYTHONPATH=ROOT, **extra), stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE) for _ in range(4)]  # fmt: skip
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", RACER, wd, str(start)],
+            cwd=ROOT,
+            text=True,
+            env=dict(os.environ, PYTHONPATH=ROOT, **extra),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+        for _ in range(4)
+    ]
     results = [p.communicate(timeout=120) for p in procs]
     outs = [out.strip() for out, _ in results]
     assert all(p.returncode == 0 for p in procs), [err[-2000:] for _, err in results]
@@ -253,16 +315,25 @@ def test_artefact_is_rebuilt_when_its_source_changes(where, tmp_path, request, c
     def build(text):
         return lambda: builds.append(text) or text.encode()
 
-    a = {"corpus": "kjv", "source_sha256": rundir.text_digest(["in the beginning"]), "vocab_size": 100}
+    a = {
+        "corpus": "kjv",
+        "source_sha256": rundir.text_digest(["in the beginning"]),
+        "vocab_size": 100,
+    }
     assert rundir.artefact(p, a, build("A")) == b"A"
     assert rundir.artefact(p, a, build("A2")) == b"A"  # same provenance: reused
     b = dict(a, corpus="ptb", source_sha256=rundir.text_digest(["the n cat"]))
     assert rundir.artefact(p, b, build("B")) == b"B"
     assert builds == ["A", "B"]
     err = capsys.readouterr().err
-    assert f"lbtrain: warning: rebuilding {p}: it was built from other data (corpus: 'kjv' -> 'ptb'; source_sha256: " in err
+    assert (
+        f"lbtrain: warning: rebuilding {p}: it was built from other data (corpus: 'kjv' -> 'ptb'; "
+        "source_sha256: " in err
+    )
     assert epath.Path(p).read_bytes() == b"B"
-    with pytest.raises(StorageError, match=f"{p} does not match this run: it was built from other data"):
+    with pytest.raises(
+        StorageError, match=f"{p} does not match this run: it was built from other data"
+    ):
         rundir.artefact(p, a, build("A"), on_mismatch="refuse")
 
 
@@ -274,7 +345,10 @@ def test_artefact_without_or_with_a_wrong_record_is_rebuilt(tmp_path, capsys):
     assert "it has no provenance record (spm.model.provenance.json)" in capsys.readouterr().err
     p.write_bytes(b"changed behind our back")  # the sidecar no longer describes these bytes
     assert rundir.artefact(p, prov, lambda: b"fresh again") == b"fresh again"
-    assert "its bytes differ from those recorded in spm.model.provenance.json" in capsys.readouterr().err
+    assert (
+        "its bytes differ from those recorded in spm.model.provenance.json"
+        in capsys.readouterr().err
+    )
     assert rundir.artefact(p, prov, lambda: b"unused", is_writer=False) == b"fresh again"
 
 
@@ -284,8 +358,8 @@ def test_non_writer_builds_but_never_writes(tmp_path):
 
 
 def test_tfds_data_on_gcs_names_the_missing_extra_or_the_unprepared_split(gcs, monkeypatch):
-    """Reading data from gs:// either works (the gcs extra is installed: an unprepared split is the one-line
-    'not prepared' error naming the bucket) or says which extra to install."""
+    """Reading data from gs:// either works (the gcs extra is installed: an unprepared split is the
+    one-line 'not prepared' error naming the bucket) or says which extra to install."""
     from lbtrain.data.tfds_split import open_split
     from lbtrain.errors import DataError
 

@@ -1,6 +1,7 @@
-"""experiments/tuning.py and its page (experiments/report_tuning.py): the grid's runs reuse the sweep's, the
-stages unfold from the finished runs (widen at an edge, then seeds, then longer budgets), and the page's tuned
-cell, rule and verdict hold the numbers of hand-made per-run files."""
+"""experiments/tuning.py and its page (experiments/report_tuning.py): the grid's runs reuse the
+sweep's, the stages unfold from the finished runs (widen at an edge, then seeds, then longer
+budgets), and the page's tuned cell, rule and verdict hold the numbers of hand-made per-run
+files."""
 
 import json
 import math
@@ -55,7 +56,8 @@ def names(runs):
 def test_the_grid_reuses_the_sweeps_runs_and_waits_for_them():
     exp = experiment()
     runs = tuning.runs(exp, exp.local, finals_from({}))
-    # at the base batch the grid's point 1 is the base run, at 40 LEGW's run, and x2 at 40 the sensitivity run
+    # at the base batch the grid's point 1 is the base run, at 40 LEGW's run, and x2 at 40 the
+    # sensitivity run
     assert names(runs) == ["b10_base_lr0.5_s0", "b10_base_lr2_s0", "b40_legw_lr0.5_s0"]
     r = runs[2]
     assert r.arg == "batch=40,scheme=legw,epochs=4" and r.role == "tune" and r.lr_factor == 0.5
@@ -79,7 +81,8 @@ def test_seeds_and_budgets_follow_a_settled_grid():
         "b40_legw_lr0.5_s0": 0.75,
         "b40_legw_lr2_s0": 0.92,
     }
-    # the best at 40 (x2) is on the grid's upper edge: two more points beyond it, nothing else yet at 40
+    # the best at 40 (x2) is on the grid's upper edge: two more points beyond it, nothing else yet
+    # at 40
     runs = tuning.runs(exp, exp.local, finals_from(values))
     assert names(runs) == [
         "b10_base_lr0.5_s0",
@@ -164,7 +167,8 @@ def fake_run(root, name, accuracies, batch, peak_lr, failure=None):
 
 def test_the_page_holds_the_tuned_cell_the_rule_and_the_verdict(tmp_path):
     exp = experiment()
-    # the base reaches 0.90 (target 0.88); at 40 LEGW and its grid miss it in 4 epochs, x2 the epochs reach it
+    # the base reaches 0.90 (target 0.88); at 40 LEGW and its grid miss it in 4 epochs, x2 the
+    # epochs reach it
     fake_run(tmp_path, "b10_base_s0", [0.6, 0.85, 0.9, 0.9], 10, 0.1)
     fake_run(tmp_path, "b10_base_s1", [0.6, 0.8, 0.88, 0.9], 10, 0.1)
     fake_run(tmp_path, "b10_base_lr0.5_s0", [0.5, 0.8, 0.85, 0.86], 10, 0.05)
@@ -191,11 +195,13 @@ def test_the_page_holds_the_tuned_cell_the_rule_and_the_verdict(tmp_path):
     s = report.summarize(exp, exp.local, str(tmp_path), local=True)
     assert math.isclose(s["target"], 0.9 - 0.02)
     cells = report_tuning.tuned_cells(exp, exp.local, s)
-    # the base's best grid point is x1 (the recipe): 0.9 on both seeds, reaching 0.88 at steps 30 and 30
+    # the base's best grid point is x1 (the recipe): 0.9 on both seeds, reaching 0.88 at steps 30
+    # and 30
     assert cells["10"] == "0.9 +- 0 (30 steps, x1, 2/2); peak lr 0.1 (x1)"
     se = math.sqrt(((0.87 - 0.86) ** 2 + (0.85 - 0.86) ** 2) / 1) / math.sqrt(2)
     assert cells["40"] == f"0.86 +- {se:.2g} (target 0/2); peak lr 0.8 (x4)"
-    # the tuned LR went 0.1 -> 0.8 over x4 the batch: exponent log(8) / log(4) = 1.5, resolution log 2 / log 4
+    # the tuned LR went 0.1 -> 0.8 over x4 the batch: exponent log(8) / log(4) = 1.5,
+    # resolution log 2 / log 4
     pts = [(10, 0.1), (40, 0.8)]
     assert math.isclose(report_tuning.optimum_exponent(pts), 1.5)
     assert report_tuning.rule_sentence(pts) == (
@@ -205,8 +211,8 @@ def test_the_page_holds_the_tuned_cell_the_rule_and_the_verdict(tmp_path):
     )
     verdicts = report_tuning.verdicts(exp, exp.local, s)
     assert verdicts[1] == (
-        "40: LEGW 0.79 (target 0/2), tuned 0.86 at x4 its peak LR (target 0/2); tuned better by 0.07: "
-        "the failure is the budget's (the tuned LR reaches it with x2 the epochs)."
+        "40: LEGW 0.79 (target 0/2), tuned 0.86 at x4 its peak LR (target 0/2); tuned better by "
+        "0.07: the failure is the budget's (the tuned LR reaches it with x2 the epochs)."
     )
     out = str(tmp_path / "fake_local")
     report.render(exp, True, str(tmp_path), out, "cmd")
