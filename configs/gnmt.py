@@ -1,4 +1,4 @@
-"""GNMT-style seq2seq with normed Bahdanau attention (the paper's third application), BLEU on the test set.
+"""GNMT-style seq2seq with normed Bahdanau attention (the third application), BLEU on the test set.
 
 Base recipe (the WMT16 en-de GNMT v2 setup: 4 + 4 layers of 1024 units, first encoder layer
 bidirectional, dropout 0.2, 32k shared BPE vocabulary, max length 50, beam 10 with length penalty
@@ -29,7 +29,7 @@ On a Cloud TPU slice (WMT16 prepared as array_record in gs://$BUCKET/tfds; docs/
 Arg keys: corpus (wmt16 | bible | numbers), batch (default: the corpus' base batch), scheme (legw |
 linear | sqrt | none), size (base | small | tiny; default base for wmt16, small for bible, tiny for
 numbers), epochs (budget; default the corpus'), runlocal (numbers, tiny model, few epochs).
-"""  # noqa: E501  the first line is the --help summary (lbtrain/cli_help.py): one line, as is
+"""
 
 import ml_collections
 

@@ -1,4 +1,4 @@
-"""ResNet-50 v1.5 on ImageNet with LARS + LEGW up to batch 32K ("beyond LSTM"), and the optimizer comparison.
+"""ResNet-50 v1.5 on ImageNet, LARS + LEGW to batch 32K ("beyond LSTM"); the optimizer comparison.
 
 The paper's LARS/LEGW table (base batch 512, polynomial decay power 2 over 90 epochs, weight decay
 1e-4, label smoothing 0.1, BN and biases excluded from LARS and weight decay):
@@ -30,7 +30,7 @@ On a Cloud TPU pod slice (ImageNet prepared as array_record in gs://$BUCKET/tfds
 Arg keys: batch (default: the base batch), scheme (legw | linear | sqrt | none, or the ablations
 linear_legw_warmup | sqrt_const_warmup), optimizer (lars | momentum
 | adam | adagrad | rmsprop), depth (18 | 34 | 50 | 101 | 152), epochs, runlocal.
-"""  # noqa: E501  the first line is the --help summary (lbtrain/cli_help.py): one line, as is
+"""
 
 import ml_collections
 
