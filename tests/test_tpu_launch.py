@@ -8,6 +8,7 @@ that prints, sleeps and handles SIGTERM as lbtrain does, steered through the lau
 """
 
 import ast
+import glob
 import json
 import os
 import re
@@ -172,8 +173,12 @@ def test_help_describes_the_flags():
 
 
 def test_the_launcher_runs_on_python_3_8():
-    with open(os.path.join(ROOT, "scripts", "tpu_launch.py")) as f:
-        ast.parse(f.read(), feature_version=(3, 8))
+    paths = [os.path.join(ROOT, "scripts", "tpu_launch.py")]
+    paths += sorted(glob.glob(os.path.join(ROOT, "scripts", "tpulaunch", "*.py")))
+    assert len(paths) > 2
+    for path in paths:
+        with open(path) as f:
+            ast.parse(f.read(), feature_version=(3, 8))
 
 
 @pytest.mark.parametrize(
