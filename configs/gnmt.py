@@ -46,6 +46,55 @@ CORPORA = {
 }
 
 
+def data_config(corpus: str, vocab: int, max_len: int) -> ml_collections.ConfigDict:
+    """The ``data`` block of ``corpus``."""
+    data = ml_collections.ConfigDict()
+    data.name = "translation"
+    data.corpus = corpus
+    data.source_lang = "en"
+    data.target_lang = "de"
+    data.vocab_size = vocab  # shared source/target BPE; saved as <workdir>/spm.model
+    # training pairs longer than this (subwords, either side) are left out, counted
+    data.max_len = max_len
+    data.max_eval_len = 0  # eval sources are truncated here (0 = 2 x max_len), counted
+    data.max_eval_examples = 0  # cap on the valid split (0 = all); test is always whole
+    data.bucket_width = 8  # batches are padded to a multiple of this
+    data.sort_window = 32  # batches per length-sorting window
+    data.num_samples = 3  # sample translations printed at each eval
+    if corpus == "wmt16":
+        data.dir = ""  # TFDS data_dir holding wmt16_translate/de-en ("": TFDS's own)
+        data.max_train_pairs = 0  # a prefix of the training split (0 = all)
+    if corpus == "numbers":
+        data.num_train = 20_000  # generated pairs for training ...
+        data.num_eval = 500  # ... and for each of valid and test
+        data.max_digits = 4  # each number below 10**max_digits ...
+        data.numbers_per_sentence = 3  # ... and up to this many numbers per sentence
+        data.split_seed = 0
+    return data
+
+
+def model_config(config, units: int, layers: int, dropout: float, beam: int, max_len: int):
+    """The ``model`` and ``decode`` blocks (the model's vocabulary refers to ``config.data``'s)."""
+    model = ml_collections.ConfigDict()
+    model.name = "gnmt"
+    model.vocab_size = config.data.get_ref("vocab_size")
+    model.hidden_size = units
+    model.num_layers = layers
+    model.dropout = dropout
+    model.init_scale = 0.1
+    model.label_smoothing = 0.1
+    model.unroll = 1
+    model.dtype = "float32"  # bfloat16 on accelerators
+    model.param_dtype = "float32"
+
+    decode = ml_collections.ConfigDict()
+    decode.beam_size = beam  # 1 = greedy
+    decode.alpha = 1.0  # GNMT length penalty ((5 + n) / 6) ** alpha
+    # output length limit (decoding stops early once all sentences end)
+    decode.max_len = 2 * max_len
+    return model, decode
+
+
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     a = config_lib.parse_arg(
         arg, corpus="wmt16", batch=0, scheme="legw", size="", epochs=0.0, runlocal=False
@@ -73,46 +122,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     config.num_devices = 0
     config_lib.add_run_fields(config)
 
-    config.data = ml_collections.ConfigDict()
-    config.data.name = "translation"
-    config.data.corpus = corpus
-    config.data.source_lang = "en"
-    config.data.target_lang = "de"
-    config.data.vocab_size = vocab  # shared source/target BPE; saved as <workdir>/spm.model
-    # training pairs longer than this (subwords, either side) are left out, counted
-    config.data.max_len = max_len
-    config.data.max_eval_len = 0  # eval sources are truncated here (0 = 2 x max_len), counted
-    config.data.max_eval_examples = 0  # cap on the valid split (0 = all); test is always whole
-    config.data.bucket_width = 8  # batches are padded to a multiple of this
-    config.data.sort_window = 32  # batches per length-sorting window
-    config.data.num_samples = 3  # sample translations printed at each eval
-    if corpus == "wmt16":
-        config.data.dir = ""  # TFDS data_dir holding wmt16_translate/de-en ("": TFDS's own)
-        config.data.max_train_pairs = 0  # a prefix of the training split (0 = all)
-    if corpus == "numbers":
-        config.data.num_train = 20_000  # generated pairs for training ...
-        config.data.num_eval = 500  # ... and for each of valid and test
-        config.data.max_digits = 4  # each number below 10**max_digits ...
-        config.data.numbers_per_sentence = 3  # ... and up to this many numbers per sentence
-        config.data.split_seed = 0
-
-    config.model = ml_collections.ConfigDict()
-    config.model.name = "gnmt"
-    config.model.vocab_size = config.data.get_ref("vocab_size")
-    config.model.hidden_size = units
-    config.model.num_layers = layers
-    config.model.dropout = dropout
-    config.model.init_scale = 0.1
-    config.model.label_smoothing = 0.1
-    config.model.unroll = 1
-    config.model.dtype = "float32"  # bfloat16 on accelerators
-    config.model.param_dtype = "float32"
-
-    config.decode = ml_collections.ConfigDict()
-    config.decode.beam_size = beam  # 1 = greedy
-    config.decode.alpha = 1.0  # GNMT length penalty ((5 + n) / 6) ** alpha
-    # output length limit (decoding stops early once all sentences end)
-    config.decode.max_len = 2 * max_len
+    config.data = data_config(corpus, vocab, max_len)
+    config.model, config.decode = model_config(config, units, layers, dropout, beam, max_len)
 
     budget = float(config.num_epochs)
     config.optim = config_lib.optim_config(
