@@ -2,61 +2,14 @@
 mean +- standard error over seeds, diverged runs, the noise-scale ratio, and byte-identical
 re-rendering."""
 
-import json
 import math
 import os
 import statistics
 
+from fake_runs import fake_run  # tests/ is on sys.path (conftest.py)
+
 from experiments import report, report_page
 from experiments.common import Experiment, Plan, sweep
-
-SPE = 10  # steps per epoch of every fake run
-
-
-def fake_run(root, name, accuracies, batch, *, noise=None, failure=None, total=None):
-    d = root / "runs" / name
-    d.mkdir(parents=True)
-    rows = [
-        {
-            "step": SPE * (i + 1),
-            "kind": "eval",
-            "accuracy": a,
-            "epoch": i + 1.0,
-            "train_time_s": 2.0 * (i + 1),
-        }
-        for i, a in enumerate(accuracies)
-    ]
-    for i, (g, t) in enumerate(noise or []):
-        rows.append(
-            {
-                "step": i + 1,
-                "kind": "train",
-                "lr": 0.1,
-                "epoch": (i + 1) / SPE,
-                "noise_grad_sq": g,
-                "noise_trace": t,
-                "loss_count": float(batch),
-            }
-        )
-    (d / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    if failure:
-        (d / "failure.json").write_text(json.dumps({"exit": 1, "error": failure}))
-        return
-    plan = {
-        "total_steps": total or SPE * len(accuracies),
-        "peak_lr": 0.1,
-        "warmup_steps": 2,
-        "optimizer": "sgd",
-    }
-    run_plan = {
-        "num_train": 100 * batch // 10,
-        "global_batch": batch,
-        "steps_per_epoch": SPE,
-        "unit": "ex",
-    }
-    (d / "results.json").write_text(
-        json.dumps({"plan": plan, "run_plan": run_plan, "train_time_s": 1.0})
-    )
 
 
 def experiment():

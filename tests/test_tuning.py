@@ -3,11 +3,12 @@ sweep's, the stages unfold from the finished runs (widen at an edge, then seeds,
 budgets), and the page's tuned cell, rule and verdict hold the numbers of hand-made per-run
 files."""
 
-import json
 import math
 import os
 import subprocess
 import sys
+
+import fake_runs  # tests/ is on sys.path (conftest.py)
 
 from experiments import report, report_tuning, tuning
 from experiments.common import Experiment, Plan, Tuning, sweep
@@ -134,34 +135,9 @@ def test_a_grid_where_every_point_diverged_settles_without_widening():
     assert st.settled and st.widened == 0 and st.best == 1.0  # ties: the point nearest LEGW's LR
 
 
-SPE = 10
-
-
 def fake_run(root, name, accuracies, batch, peak_lr, failure=None):
-    d = root / "runs" / name
-    d.mkdir(parents=True)
-    rows = [
-        {"step": SPE * (i + 1), "kind": "eval", "accuracy": a, "epoch": i + 1.0}
-        for i, a in enumerate(accuracies)
-    ]
-    (d / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    if failure:
-        (d / "failure.json").write_text(json.dumps({"exit": 1, "error": failure}))
-        return
-    plan = {
-        "total_steps": SPE * len(accuracies),
-        "peak_lr": peak_lr,
-        "warmup_steps": 2,
-        "optimizer": "sgd",
-    }
-    run_plan = {
-        "num_train": 100 * batch // 10,
-        "global_batch": batch,
-        "steps_per_epoch": SPE,
-        "unit": "ex",
-    }
-    (d / "results.json").write_text(
-        json.dumps({"plan": plan, "run_plan": run_plan, "train_time_s": 1.0})
+    fake_runs.fake_run(
+        root, name, accuracies, batch, peak_lr=peak_lr, failure=failure, eval_times=False
     )
 
 

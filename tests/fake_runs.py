@@ -1,0 +1,62 @@
+"""Hand-made per-run folders as ``scripts/reproduce.py`` publishes them (``metrics.jsonl``,
+``results.json`` or ``failure.json``), for the report and tuning tests."""
+
+import json
+
+SPE = 10  # steps per epoch of every fake run
+
+
+def fake_run(
+    root,
+    name,
+    accuracies,
+    batch,
+    *,
+    peak_lr=0.1,
+    noise=None,
+    failure=None,
+    total=None,
+    eval_times=True,
+):
+    """``root/runs/name``: one evaluation an epoch with ``accuracies`` (with ``train_time_s`` 2 s an
+    epoch when ``eval_times``), ``noise``'s ``(grad_sq, trace)`` pairs as logged train rows, and
+    either ``failure`` (an lbtrain error line) or the results of a run at ``batch`` and
+    ``peak_lr`` over ``total`` steps (default: the evaluations')."""
+    d = root / "runs" / name
+    d.mkdir(parents=True)
+    rows = [
+        {"step": SPE * (i + 1), "kind": "eval", "accuracy": a, "epoch": i + 1.0}
+        | ({"train_time_s": 2.0 * (i + 1)} if eval_times else {})
+        for i, a in enumerate(accuracies)
+    ]
+    for i, (g, t) in enumerate(noise or []):
+        rows.append(
+            {
+                "step": i + 1,
+                "kind": "train",
+                "lr": 0.1,
+                "epoch": (i + 1) / SPE,
+                "noise_grad_sq": g,
+                "noise_trace": t,
+                "loss_count": float(batch),
+            }
+        )
+    (d / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    if failure:
+        (d / "failure.json").write_text(json.dumps({"exit": 1, "error": failure}))
+        return
+    plan = {
+        "total_steps": total or SPE * len(accuracies),
+        "peak_lr": peak_lr,
+        "warmup_steps": 2,
+        "optimizer": "sgd",
+    }
+    run_plan = {
+        "num_train": 100 * batch // 10,
+        "global_batch": batch,
+        "steps_per_epoch": SPE,
+        "unit": "ex",
+    }
+    (d / "results.json").write_text(
+        json.dumps({"plan": plan, "run_plan": run_plan, "train_time_s": 1.0})
+    )
