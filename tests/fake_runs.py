@@ -3,6 +3,8 @@
 
 import json
 
+from experiments.common import Experiment, Plan
+
 SPE = 10  # steps per epoch of every fake run
 
 
@@ -59,4 +61,19 @@ def fake_run(
     }
     (d / "results.json").write_text(
         json.dumps({"plan": plan, "run_plan": run_plan, "train_time_s": 1.0})
+    )
+
+
+def fake_experiment(local: Plan) -> Experiment:
+    """An accuracy experiment (higher is better, tolerance 0.02) whose local plan is ``local``."""
+    return Experiment(
+        "fake",
+        "configs/mnist_lstm.py",
+        "accuracy",
+        "eval",
+        "max",
+        "a claim",
+        0.02,
+        Plan((), "none"),
+        local,
     )

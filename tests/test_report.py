@@ -6,7 +6,7 @@ import math
 import os
 import statistics
 
-from fake_runs import fake_run  # tests/ is on sys.path (conftest.py)
+from fake_runs import fake_experiment, fake_run  # tests/ is on sys.path (conftest.py)
 
 from experiments import report, report_page
 from experiments.common import Experiment, Plan, sweep
@@ -25,17 +25,7 @@ def experiment():
         ),
         "fake",
     )
-    return Experiment(
-        "fake",
-        "configs/mnist_lstm.py",
-        "accuracy",
-        "eval",
-        "max",
-        "a claim",
-        0.02,
-        Plan((), "none"),
-        local,
-    )
+    return fake_experiment(local)
 
 
 def test_targets_steps_seeds_divergence_and_noise(tmp_path):

@@ -11,7 +11,7 @@ import sys
 import fake_runs  # tests/ is on sys.path (conftest.py)
 
 from experiments import report, report_tuning, tuning
-from experiments.common import Experiment, Plan, Tuning, sweep
+from experiments.common import Plan, Tuning, sweep
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -33,17 +33,7 @@ def experiment(**tuning_kw):
         noise_overrides=None,
     )
     local = Plan(runs, "fake", tuning=Tuning(**kw))
-    return Experiment(
-        "fake",
-        "configs/mnist_lstm.py",
-        "accuracy",
-        "eval",
-        "max",
-        "a claim",
-        0.02,
-        Plan((), "none"),
-        local,
-    )
+    return fake_runs.fake_experiment(local)
 
 
 def finals_from(values):
