@@ -54,14 +54,9 @@ def reproduce(exp_path, runs, out, *args, **kw):
 
 
 @pytest.mark.slow
-def test_run_kill_resume_render(tmp_path):
-    exp_path = tmp_path / "tiny.py"
-    exp_path.write_text(EXPERIMENT)
-    runs, out = tmp_path / "runs", tmp_path / "results"
-    proc = reproduce(exp_path, runs, out)
-    first = runs / "b16_base_s0"
+def kill_at_first_checkpoint(proc, first) -> None:
+    """Kill ``proc``'s whole process group once run ``first`` has a checkpoint."""
     deadline = time.time() + 300
-    # kill the whole process group once the first run has a checkpoint
     while time.time() < deadline:
         ckpts = first / "checkpoints"
         if ckpts.is_dir() and any(p.name.isdigit() for p in ckpts.iterdir()):
@@ -70,32 +65,11 @@ def test_run_kill_resume_render(tmp_path):
         time.sleep(0.05)
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
-    assert not (first / "results.json").exists()  # killed mid-run
-    done = reproduce(exp_path, runs, out)
-    log = done.communicate(timeout=600)[0]
-    assert done.returncode == 0, log
-    names = [
-        "b16_base_s0",
-        "b16_base_s1",
-        "b64_legw_s0",
-        "b64_legw_s1",
-        "b64_legw_lr2_s0",
-        "b64_legw_lr2_s1",
-    ]
-    for name in names:
-        assert f"{name}: done (published)" in log
-    assert "resuming from the checkpoint" in (first / "stdout.log").read_text()
-    again = reproduce(exp_path, runs, out).communicate(timeout=300)[0]
-    assert all(f"{name}: finished earlier" in again for name in names)
 
-    published = out / "tiny_local" / "runs"
-    assert sorted(os.listdir(published)) == sorted(names)
-    assert sorted(os.listdir(published / "b64_legw_s1")) == [
-        "config.json",
-        "metrics.jsonl",
-        "provenance.json",
-        "results.json",
-    ]  # no checkpoints
+
+def check_the_table(runs, out, names) -> None:
+    """The CSV and the page against each run's own metrics.jsonl: finals, bests, steps, the target
+    and the steps to it, a cell's mean, the peak LRs."""
     with open(out / "tiny_local.csv") as f:
         rows = {r["run"]: r for r in csv.DictReader(f)}
     md = (out / "tiny_local.md").read_text()
@@ -125,6 +99,43 @@ def test_run_kill_resume_render(tmp_path):
     assert rows["b64_legw_s0"]["peak_lr"] == str(0.1 * 2.0) and rows["b64_legw_lr2_s0"][
         "peak_lr"
     ] == str(0.4)
+
+
+def test_run_kill_resume_render(tmp_path):
+    exp_path = tmp_path / "tiny.py"
+    exp_path.write_text(EXPERIMENT)
+    runs, out = tmp_path / "runs", tmp_path / "results"
+    proc = reproduce(exp_path, runs, out)
+    first = runs / "b16_base_s0"
+    kill_at_first_checkpoint(proc, first)
+    assert not (first / "results.json").exists()  # killed mid-run
+    done = reproduce(exp_path, runs, out)
+    log = done.communicate(timeout=600)[0]
+    assert done.returncode == 0, log
+    names = [
+        "b16_base_s0",
+        "b16_base_s1",
+        "b64_legw_s0",
+        "b64_legw_s1",
+        "b64_legw_lr2_s0",
+        "b64_legw_lr2_s1",
+    ]
+    for name in names:
+        assert f"{name}: done (published)" in log
+    assert "resuming from the checkpoint" in (first / "stdout.log").read_text()
+    again = reproduce(exp_path, runs, out).communicate(timeout=300)[0]
+    assert all(f"{name}: finished earlier" in again for name in names)
+
+    published = out / "tiny_local" / "runs"
+    assert sorted(os.listdir(published)) == sorted(names)
+    assert sorted(os.listdir(published / "b64_legw_s1")) == [
+        "config.json",
+        "metrics.jsonl",
+        "provenance.json",
+        "results.json",
+    ]  # no checkpoints
+    check_the_table(runs, out, names)
+    md = (out / "tiny_local.md").read_text()
     provenance = json.loads((published / "b16_base_s0" / "provenance.json").read_text())
     assert provenance["seed"] == 0 and len(provenance["code"]["commit"]) == 40
     assert json.loads((published / "b16_base_s1" / "provenance.json").read_text())["seed"] == 1
