@@ -20,6 +20,7 @@ LINESTYLES = {
     "sqrt_const_warmup": (0, (1, 1)),
 }
 SAVE = dict(dpi=110, metadata={"Software": None})
+GAP_SPAN = 5.0  # the tuned-LR plot's colour scale: 0 to this many tolerances below the best
 
 
 def _style(scheme: str, i: int):
@@ -170,9 +171,28 @@ def curves(exp: Experiment, s: dict, kind: str, path: str) -> None:
 # ---------------------------------------------------------------------- the tuned LR vs batch size
 
 
-def _grid_squares(ax, sts: list, by: dict, cmap, norm) -> None:
-    """Every grid point of ``sts`` as a square at (batch, its peak LR), coloured by its final
-    value (grey: diverged)."""
+def _finite(v) -> bool:
+    return isinstance(v, (int, float)) and math.isfinite(v)
+
+
+def _best(exp: Experiment, sts: list) -> float | None:
+    """The best finite final value over the grids of ``sts``."""
+    values = [v for st in sts for v in st.finals.values() if _finite(v)]
+    if not values:
+        return None
+    return max(values) if exp.direction == "max" else min(values)
+
+
+def _gap(exp: Experiment, v: float, best: float) -> float:
+    """How far ``v`` ends below ``best``, in units of the target's tolerance (absolute for a metric
+    to maximise, relative for one to minimise), capped at GAP_SPAN."""
+    gap = best - v if exp.direction == "max" else v / best - 1.0
+    return min(max(gap / exp.tolerance, 0.0), GAP_SPAN)
+
+
+def _grid_squares(ax, sts: list, by: dict, colour) -> None:
+    """Every grid point of ``sts`` as a square at (batch, its peak LR), coloured by
+    ``colour(final value)`` (grey: diverged)."""
     for st in sts:
         for f, v in st.finals.items():
             r = by.get(tuning.grid_run(st.line, f).name) or {}
@@ -180,14 +200,13 @@ def _grid_squares(ax, sts: list, by: dict, cmap, norm) -> None:
             lr = r.get("peak_lr") or (legw_lr * f if legw_lr and r.get("stopped") else None)
             if lr is None:
                 continue
-            finite = isinstance(v, (int, float)) and math.isfinite(v)
             ax.scatter(
                 [st.line.template.batch],
                 [lr],
                 marker="s",
                 s=120,
                 edgecolors="none",
-                color=cmap(norm(v)) if finite else "lightgrey",
+                color=colour(v) if _finite(v) else "lightgrey",
             )
 
 
@@ -204,9 +223,9 @@ def _rule_lines(ax, pts: list[tuple[int, float]], largest: int) -> None:
 
 
 def lr_vs_batch(exp: Experiment, plan: Plan, s: dict, path: str) -> bool:
-    """Log-log: every grid point as a square coloured by its final value (how flat the optimum is),
-    the tuned LR at each batch, and the Linear and Sqrt Scaling predictions through the smallest
-    batch's tuned LR. False (no file) when no grid point has finished."""
+    """Log-log: every grid point as a square coloured by how far it ends from its grid's best (how
+    flat the optimum is), the tuned LR at each batch, and the Linear and Sqrt Scaling predictions
+    through the smallest batch's tuned LR. False (no file) when no grid point has finished."""
     from experiments import report_tuning
 
     matplotlib, plt = _pyplot()
@@ -220,22 +239,14 @@ def lr_vs_batch(exp: Experiment, plan: Plan, s: dict, path: str) -> bool:
     by = {r["run"]: r for r in s["rows"]}
     groups = list(dict.fromkeys(st.line.group for st in sts))
     fig, axes = plt.subplots(1, len(groups), figsize=(4.2 * len(groups) + 2.2, 4.4), squeeze=False)
-    values = [
-        v
-        for st in sts
-        for v in st.finals.values()
-        if isinstance(v, (int, float)) and math.isfinite(v)
-    ]
-    lo, hi = (min(values), max(values)) if values else (0.0, 1.0)
-    cmap = plt.get_cmap("viridis" if exp.direction == "max" else "viridis_r")
-    norm = (
-        matplotlib.colors.LogNorm(lo, hi)
-        if exp.direction == "min" and lo > 0 and hi > lo
-        else matplotlib.colors.Normalize(lo, hi)
-    )
+    # colour: how far below the best of its grid (its batch size) a point ends, in units of the
+    # target's tolerance: each grid shows how flat its own optimum is, whatever the others' values
+    cmap, norm = plt.get_cmap("viridis_r"), matplotlib.colors.Normalize(0.0, GAP_SPAN)
     for ax, group in zip(axes[0], groups):
         mine = [st for st in sts if st.line.group == group]
-        _grid_squares(ax, mine, by, cmap, norm)
+        for st in mine:
+            best = _best(exp, [st])
+            _grid_squares(ax, [st], by, lambda v, best=best: cmap(norm(_gap(exp, v, best))))
         settled = [st for st in mine if st.settled]
         tuned = [(st.line.template.batch, report_tuning.tuned_lr(plan, st, s)) for st in settled]
         pts = sorted((b, lr) for b, lr in tuned if lr)
@@ -249,7 +260,11 @@ def lr_vs_batch(exp: Experiment, plan: Plan, s: dict, path: str) -> bool:
     fig.colorbar(
         matplotlib.cm.ScalarMappable(norm=norm, cmap=cmap),
         ax=list(axes[0]),
-        label=f"final {exp.split} {exp.metric} (seed 0; grey: diverged)",
+        label=(
+            f"{exp.metric}: gap to the best at its batch size\nin target tolerances "
+            f"({exp.tolerance:g}{' relative' if exp.direction == 'min' else ''}; seed 0; grey: "
+            "diverged)"
+        ),
     )
     fig.suptitle(
         f"{exp.name}: the tuned peak LR against batch size (squares: the grid)", fontsize=10

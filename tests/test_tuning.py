@@ -3,6 +3,7 @@ sweep's, the stages unfold from the finished runs (widen at an edge, then seeds,
 budgets), and the page's tuned cell, rule and verdict hold the numbers of hand-made per-run
 files."""
 
+import dataclasses
 import math
 import os
 import subprocess
@@ -216,3 +217,14 @@ def test_render_out_is_where_the_pages_go_and_the_runs_come_from_the_results(tmp
     assert (out / "resnet50_local.md").read_text() == open(
         committed
     ).read()  # the same page, elsewhere
+
+
+def test_the_lr_plot_colours_a_point_by_its_gap_to_the_best_in_tolerances():
+    from experiments import report_plots
+
+    acc = experiment()  # accuracy, higher is better, tolerance 0.02
+    assert math.isclose(report_plots._gap(acc, 0.86, 0.90), 2.0)
+    assert report_plots._gap(acc, 0.90, 0.90) == 0.0
+    assert report_plots._gap(acc, 0.10, 0.90) == report_plots.GAP_SPAN  # capped
+    ppl = dataclasses.replace(acc, metric="perplexity", direction="min", tolerance=0.05)
+    assert math.isclose(report_plots._gap(ppl, 110.0, 100.0), 2.0)  # 10 % over, 5 % a tolerance
