@@ -14,8 +14,9 @@ clipping.
 One full training step (forward, backward, SGD update) of the same model: embedding (vocab 10k) -> 2
 LSTM layers -> softmax cross-entropy. The implementations are timed interleaved (A B C A B C ...),
 after warm-up, and the median of ``--rounds`` is reported as tokens/s. FLOPs are counted by hand
-(matmul FLOPs of the forward pass x 3 for forward + backward), and the machine's fp32 matmul peak is
-measured in the same run (the best of JAX and PyTorch on a large square matmul).
+(matmul FLOPs of the forward pass x 3 for forward + backward), and the machine's matmul peak in each
+dtype is measured in the same run (the best of JAX and PyTorch on a large square matmul, each on the
+device its step runs on); a row's fraction of the peak is against the peak in its own dtype.
 """
 
 from __future__ import annotations
@@ -128,9 +129,9 @@ def main_step():
     dtypes = _DTYPES.value or (["float32", "bfloat16"] if platform == "gpu" else ["float32"])
     impls = step_mode.installed_impls(_IMPLS.value)
     makers = step_mode.step_makers(_UNROLL.value)
-    # The peak is the best of repeated measurements (one per round), since a busy moment only lowers
-    # it.
-    peaks = {k: [v] for k, v in measure_matmul_peak().items()}
+    # The peak in each dtype is the best of repeated measurements (one before the steps, then one
+    # a round), since a busy moment only lowers it.
+    peaks = {d: {k: [v] for k, v in measure_matmul_peak(d).items()} for d in dtypes}
     print(f"platform: {platform} | impls: {', '.join(impls)}", flush=True)
     results = []
     for size in _SIZES.value:
@@ -138,12 +139,12 @@ def main_step():
         for batch in map(int, _BATCHES.value):
             for dtype in dtypes:
                 runs = {name: makers[name](hidden, batch, steps, dtype) for name in impls}
-                times = step_mode.time_steps(runs, _ROUNDS.value, _MIN_TIME.value, peaks)
+                times = step_mode.time_steps(runs, _ROUNDS.value, _MIN_TIME.value, peaks, dtype)
                 results.append(step_mode.step_row(size, batch, dtype, times))
                 report.print_step_row(results[-1], impls)
-    peak = {k: max(v) for k, v in peaks.items()}
-    step_mode.add_peak_fractions(results, impls, max(peak.values()))
-    report.print_step_table(results, impls, peak, len(peaks["jax"]))
+    peak = {d: {k: max(v) for k, v in by_impl.items()} for d, by_impl in peaks.items()}
+    step_mode.add_peak_fractions(results, impls, {d: max(p.values()) for d, p in peak.items()})
+    report.print_step_table(results, impls, peak, len(peaks[dtypes[0]]["jax"]))
     if _JSON.value:
         report.write_json(
             _JSON.value,

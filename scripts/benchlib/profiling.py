@@ -1,5 +1,5 @@
-"""Timing and profiling: seconds per call, the machine's fp32 matmul peak, per-op profiles from a
-JAX trace, and what bounds a bare step."""
+"""Timing and profiling: seconds per call, the machine's matmul peak in a dtype, per-op profiles
+from a JAX trace, and what bounds a bare step."""
 
 from __future__ import annotations
 
@@ -14,22 +14,27 @@ if TYPE_CHECKING:
     from .loop_columns import BareStep
 
 
-def measure_matmul_peak(n: int = 2048, seconds: float = 1.0) -> dict[str, float]:
-    """fp32 GFLOP/s of an n x n x n matmul, in JAX and (if present) PyTorch."""
+def measure_matmul_peak(
+    dtype: str = "float32", n: int = 2048, seconds: float = 1.0
+) -> dict[str, float]:
+    """GFLOP/s of an n x n x n matmul in ``dtype``, in JAX (on its default device) and, if
+    installed, PyTorch (on the device its LSTM column runs on: the GPU if there is one)."""
     import jax
     import jax.numpy as jnp
 
     out = {}
-    a = jnp.ones((n, n), jnp.float32)
+    a = jnp.ones((n, n), dtype)
     f = jax.jit(lambda x, y: x @ y)
     out["jax"] = 2 * n**3 / time_per_call(lambda: f(a, a), _block_jax, seconds) / 1e9
     try:
         import torch
-
-        t = torch.ones((n, n))
-        out["torch"] = 2 * n**3 / time_per_call(lambda: t @ t, lambda r: r, seconds) / 1e9
     except ImportError:
-        pass
+        return out
+    on_gpu = torch.cuda.is_available()
+    t = torch.ones((n, n), dtype=getattr(torch, dtype), device="cuda" if on_gpu else "cpu")
+    # a CUDA matmul returns before it has run: wait for it, or the time is the launch's
+    wait = (lambda r: torch.cuda.synchronize()) if on_gpu else (lambda r: r)
+    out["torch"] = 2 * n**3 / time_per_call(lambda: t @ t, wait, seconds) / 1e9
     return out
 
 

@@ -24,11 +24,16 @@ def print_step_row(row: dict, impls: list[str]) -> None:
 
 
 def print_step_table(results: list[dict], impls: list[str], peak: dict, measured: int) -> None:
-    """``--mode=step``'s summary: the matmul peak (the best of ``measured`` measurements each), then
-    a table of tokens/s (with the fraction of the peak) and lbtrain's speed over the others."""
+    """``--mode=step``'s summary: the matmul peak in each dtype (``peak``: dtype -> name ->
+    GFLOP/s, the best of ``measured`` measurements each), then a table of tokens/s (with the
+    fraction of the best peak in the row's dtype) and lbtrain's speed over the others."""
+    print(f"\nmatmul peak (best of {measured} measurements): ", end="")
     print(
-        "\nmatmul peak fp32 (best of %d measurements): " % measured
-        + ", ".join(f"{k} {v:.0f} GFLOP/s" for k, v in peak.items())
+        "; ".join(
+            f"{d} " + ", ".join(f"{k} {v:.0f}" for k, v in by_impl.items())
+            for d, by_impl in peak.items()
+        )
+        + " GFLOP/s"
     )
     print(
         "| size | batch | dtype | "

@@ -44,10 +44,13 @@ def _block(impl, value):
     )
 
 
-def time_steps(runs: dict, rounds: int, min_time: float, peaks: dict) -> dict[str, list[float]]:
+def time_steps(
+    runs: dict, rounds: int, min_time: float, peaks: dict, dtype: str = "float32"
+) -> dict[str, list[float]]:
     """Seconds per step of each of ``runs`` (name -> callable running one step), after two warm-up
     steps each: ``rounds`` rounds, interleaved, each timing every step for ``min_time`` seconds,
-    then measuring the matmul peak once more (appended to ``peaks``, name -> GFLOP/s list)."""
+    then measuring the matmul peak in ``dtype`` once more (appended to ``peaks[dtype]``, name ->
+    GFLOP/s list)."""
     for name, run in runs.items():  # warm-up: compile and first steps
         _block(name, run())
         _block(name, run())
@@ -55,8 +58,8 @@ def time_steps(runs: dict, rounds: int, min_time: float, peaks: dict) -> dict[st
     for _ in range(rounds):
         for name, run in runs.items():
             times[name].append(time_per_call(run, lambda v, n=name: _block(n, v), min_time))
-        for k, v in measure_matmul_peak(seconds=0.3).items():
-            peaks[k].append(v)
+        for k, v in measure_matmul_peak(dtype, seconds=0.3).items():
+            peaks.setdefault(dtype, {}).setdefault(k, []).append(v)
     return times
 
 
@@ -88,8 +91,9 @@ def step_row(size: str, batch: int, dtype: str, times: dict[str, list[float]]) -
     return row
 
 
-def add_peak_fractions(results: list[dict], impls: list[str], machine_peak: float) -> None:
-    """Add to each row's implementations their GFLOP/s as a fraction of ``machine_peak``."""
+def add_peak_fractions(results: list[dict], impls: list[str], peak: dict[str, float]) -> None:
+    """Add to each row's implementations their GFLOP/s as a fraction of ``peak[dtype]``, the best
+    matmul GFLOP/s measured in the row's dtype (a bfloat16 step is held to the bfloat16 peak)."""
     for row in results:
         for name in impls:
-            row[name]["peak_fraction"] = row[name]["gflops"] / machine_peak
+            row[name]["peak_fraction"] = row[name]["gflops"] / peak[row["dtype"]]
