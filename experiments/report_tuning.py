@@ -251,7 +251,8 @@ def sections(exp: Experiment, plan: Plan, s: dict) -> list[str]:
             lines += [
                 "",
                 f"Optimal LR against batch size{' (' + group + ')' if group else ''}: "
-                + rule_sentence(pts),
+                + rule_sentence(pts)
+                + _missed_note(plan, [st for st in sts if st.line.group == group], s),
             ]
     for st in sts:
         if st.line.largest and st.settled:
@@ -278,6 +279,22 @@ def sections(exp: Experiment, plan: Plan, s: dict) -> list[str]:
         )
         lines += ["", f"Cost: {t.cost}{measured}"]
     return lines
+
+
+def _missed_note(plan: Plan, sts: list[tuning.LineState], s: dict) -> str:
+    """A caveat for the optimum's fit: the batch sizes whose tuned point reaches the target in no
+    seed, where the "optimal" LR is only the best of runs that all missed."""
+    missed = [
+        st.line.key
+        for st in sts
+        if st.settled and best_rows(plan, st, s) and not _reached(best_rows(plan, st, s))[0]
+    ]
+    if not missed:
+        return ""
+    return (
+        f" At {', '.join(missed)} the tuned point reaches the target in no seed: its LR is the best "
+        "of runs that all missed it, so the fit says little about an LR that works there."
+    )
 
 
 def _near_best(exp: Experiment, st: tuning.LineState) -> str:

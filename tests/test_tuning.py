@@ -188,6 +188,11 @@ def test_the_page_holds_the_tuned_cell_the_rule_and_the_verdict(tmp_path):
     assert "| 10 | 0.1 | 0.86 | **0.9** | diverged |  |  |" in md
     assert "| x2 (8 epochs) | 0.9 | 7 | 70 | 2.3 |" in md  # 70 steps against the base's 30
     assert "Widened beyond an edge: 40 (1x)." in md
+    # the tuned point at 40 reaches the target in 0/2 seeds (at 10 in 2/2): the fit is flagged
+    assert (
+        "Linear Scaling (1). At 40 the tuned point reaches the target in no seed: its LR is the "
+        "best of runs that all missed it" in md
+    )
     # within 0.02 of the best: at 10 only x1 (x0.5's 0.86 < 0.88), at 40 only x4 (x2's 0.84 < 0.85)
     assert "tolerance (0.02) of each grid's best, seed 0: 10: x1; 40: x4." in md
     assert "- LEGW against a tuned peak LR at 40: LEGW 0.79" in md
