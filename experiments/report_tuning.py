@@ -292,8 +292,8 @@ def _missed_note(plan: Plan, sts: list[tuning.LineState], s: dict) -> str:
     if not missed:
         return ""
     return (
-        f" At {', '.join(missed)} the tuned point reaches the target in no seed: its LR is the best "
-        "of runs that all missed it, so the fit says little about an LR that works there."
+        f" At {', '.join(missed)} the tuned point reaches the target in no seed: its LR is the "
+        "best of runs that all missed it, so the fit says little about an LR that works there."
     )
 
 
