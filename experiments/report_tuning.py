@@ -287,7 +287,7 @@ def _missed_note(plan: Plan, sts: list[tuning.LineState], s: dict) -> str:
     missed = [
         st.line.key
         for st in sts
-        if st.settled and best_rows(plan, st, s) and not _reached(best_rows(plan, st, s))[0]
+        if st.settled and (rows := best_rows(plan, st, s)) and not _reached(rows)[0]
     ]
     if not missed:
         return ""
