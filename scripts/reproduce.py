@@ -21,8 +21,9 @@ the runs from the results.
 
 A plan with a tuned column (:mod:`experiments.tuning`) unfolds as its runs finish: the learning-rate
 grid at each batch size first, two more points where the best one sits on the grid's edge, then the
-best point's other seeds and the longer epoch budgets. ``--print-commands`` prints the runs known so
-far. The protocol every experiment follows: docs/reproduce.md.
+best point's other seeds and the longer epoch budgets. Runs start budget runs first, then the
+grids and seeds from the largest batch down (``launch_order``). ``--print-commands`` prints the
+runs known so far. The protocol every experiment follows: docs/reproduce.md.
 
     python scripts/reproduce.py --experiment=all --local --render  # every local table
 """
@@ -172,6 +173,20 @@ def render_one(exp, local: bool, results: str, out_dir: str) -> None:
     print(f"rendered {done}/{len(s['rows'])} runs -> {os.path.join(out_dir, tag(exp, local))}.md")
 
 
+def launch_order(runs: list) -> list:
+    """The order ``train_all`` starts runs in (the pages keep the plan's order): the plan's own runs
+    first, then the tuning's budget runs, the longest of all (started early, they run beside the
+    short ones instead of leaving one slot idle at the end), then the grids and seeds from the
+    largest batch down (the budget runs wait on the largest batch's grid, and the largest batch is
+    the one the tuning asks about if a sitting ends early). Stable: ties keep the plan's order."""
+
+    def key(r) -> tuple[int, int]:
+        stage = 2 if r.role == "tune" else 1 if r.role == "budget" else 0
+        return (stage, -r.batch if stage == 2 else 0)
+
+    return sorted(runs, key=key)
+
+
 def train_all(
     exp, plan, runs_dir: str, results_dir: str, only: list[str], jobs: int, extra
 ) -> None:
@@ -188,7 +203,7 @@ def train_all(
     with ThreadPoolExecutor(max(1, jobs)) as pool:
         while True:
             busy = {r.name for r in running.values()}
-            for r in report.all_runs(exp, plan, final):
+            for r in launch_order(report.all_runs(exp, plan, final)):
                 if len(running) >= max(1, jobs):
                     break
                 if (only and r.name not in only) or r.name in skipped or r.name in busy:

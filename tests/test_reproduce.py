@@ -156,3 +156,49 @@ def test_run_kill_resume_render(tmp_path):
     rendered = reproduce(exp_path, runs, out, "--render").communicate(timeout=300)[0]
     assert "rendered 6/6 runs" in rendered, rendered
     assert {p: p.read_bytes() for p in out.iterdir() if p.is_file()} == before
+
+
+def _reproduce_module():
+    """scripts/reproduce.py imported once per process (its absl flags can be defined only once)."""
+    import importlib.util
+
+    name = "lbtrain_reproduce_script"
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(
+            name, os.path.join(ROOT, "scripts", "reproduce.py")
+        )
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    return sys.modules[name]
+
+
+def test_launch_order_puts_budget_runs_then_the_largest_batch_first():
+    from experiments.common import Run
+
+    def run(name, batch, role):
+        return Run(name=name, batch=batch, scheme="legw", arg="", role=role)
+
+    runs = [
+        run("b20_base_s0", 20, "base"),
+        run("b1280_legw_s0", 1280, "sweep"),
+        run("b20_base_lr0.5_s0", 20, "tune"),
+        run("b20_base_lr2_s0", 20, "tune"),
+        run("b320_legw_lr0.5_s0", 320, "tune"),
+        run("b1280_legw_lr0.25_s0", 1280, "tune"),
+        run("b1280_legw_lr0.25_s1", 1280, "tune"),
+        run("b1280_legw_lr0.25_ep2x_s0", 1280, "budget"),
+        run("b1280_legw_lr0.25_ep4x_s0", 1280, "budget"),
+    ]
+    order = [r.name for r in _reproduce_module().launch_order(runs)]
+    assert order == [
+        "b20_base_s0",  # the plan's own runs keep their place in front
+        "b1280_legw_s0",
+        "b1280_legw_lr0.25_ep2x_s0",  # then the budget runs, in the plan's order
+        "b1280_legw_lr0.25_ep4x_s0",
+        "b1280_legw_lr0.25_s0",  # then the tuning runs from the largest batch down
+        "b1280_legw_lr0.25_s1",
+        "b320_legw_lr0.5_s0",
+        "b20_base_lr0.5_s0",
+        "b20_base_lr2_s0",
+    ]
