@@ -52,8 +52,9 @@ EXPERIMENT = Experiment(
             stretch=stretch,
             cost="10 grid runs beside the 5 the sweep has (5 points a factor of 2 apart, not 7: "
             "a run takes 9-13 minutes), up to 12 more where a grid widens, up to 6 seeds of the "
-            "best points and 2 budget runs (20 and 40 epochs at 1280, 25 and 50 minutes): about "
-            "4-6 h of two cores, over several sittings (resumable).",
+            "best points and 2 budget runs (20 and 40 epochs at 1280, about 15 and 35 minutes): "
+            "about 1.5 h of two cores as it ran here (20 runs, one grid widened once), up to about "
+            "3 h if every grid widened twice; resumable.",
         ),
     ),
 )
