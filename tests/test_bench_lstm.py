@@ -1,29 +1,18 @@
 """scripts/bench_lstm.py: the hand FLOP count and a tiny end-to-end run (no timing asserted)."""
 
-import functools
-import importlib.util
 import json
 import os
 import subprocess
 import sys
 
 import pytest
+from script_module import load_script
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-@functools.cache  # once per process: the module defines absl flags, which may be defined only once
-def load_bench():
-    spec = importlib.util.spec_from_file_location(
-        "bench_lstm", os.path.join(ROOT, "scripts/bench_lstm.py")
-    )
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_flop_count_by_hand():
-    bench = load_bench()
+    bench = load_script("bench_lstm")
     # PTB-medium, batch 20, T 35: per token, each layer: 4 gates x (650 inputs + 650 recurrent) x
     # 650 outputs multiply-adds; softmax: 650 x 10000 multiply-adds. x2 FLOPs per MAC, x3 for
     # forward + backward.
@@ -111,7 +100,7 @@ def test_loop_mode_times_the_loop_its_bare_step_and_a_variant(tmp_path):
     # runlocal: 2 x 128, 2k vocab
     bound, cfg = row["bare_step_bound"], {"hidden": 128, "vocab": 2000}
     assert bound["step_gflop"] * 1e9 == pytest.approx(
-        load_bench().step_flops(cfg["hidden"], 8, 20, cfg["vocab"])
+        load_script("bench_lstm").step_flops(cfg["hidden"], 8, 20, cfg["vocab"])
     )
     assert bound["matmul_floor_ms"] == pytest.approx(
         1e3 * bound["step_gflop"] / bound["matmul_peak_gflops"]

@@ -1,22 +1,18 @@
 """scripts/critical_batch.py measures a positive, finite noise scale through the real loop
 pieces."""
 
-import importlib.util
 import math
 import os
 
 import pytest
+from script_module import load_script
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 @pytest.mark.slow
 def test_measure_on_mnist_runlocal():
-    spec = importlib.util.spec_from_file_location(
-        "critical_batch", os.path.join(ROOT, "scripts/critical_batch.py")
-    )
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = load_script("critical_batch")
     r = module.measure(
         os.path.join(ROOT, "configs/mnist_lstm.py:runlocal=True,batch=64"),
         steps=40,

@@ -13,6 +13,7 @@ import textwrap
 import time
 
 import pytest
+from script_module import load_script
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -158,21 +159,6 @@ def test_run_kill_resume_render(tmp_path):
     assert {p: p.read_bytes() for p in out.iterdir() if p.is_file()} == before
 
 
-def _reproduce_module():
-    """scripts/reproduce.py imported once per process (its absl flags can be defined only once)."""
-    import importlib.util
-
-    name = "lbtrain_reproduce_script"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(
-            name, os.path.join(ROOT, "scripts", "reproduce.py")
-        )
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
-
-
 def test_launch_order_puts_budget_runs_then_the_largest_batch_first():
     from experiments.common import Run
 
@@ -190,7 +176,7 @@ def test_launch_order_puts_budget_runs_then_the_largest_batch_first():
         run("b1280_legw_lr0.25_ep2x_s0", 1280, "budget"),
         run("b1280_legw_lr0.25_ep4x_s0", 1280, "budget"),
     ]
-    order = [r.name for r in _reproduce_module().launch_order(runs)]
+    order = [r.name for r in load_script("reproduce").launch_order(runs)]
     assert order == [
         "b20_base_s0",  # the plan's own runs keep their place in front
         "b1280_legw_s0",
