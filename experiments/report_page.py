@@ -1,14 +1,17 @@
-"""The Markdown page of an experiment (experiments/report.py summarises the runs it shows): what to
-read first, the table per batch size x scheme (or per optimizer group), the gradient noise scale,
-LEGW's sensitivity, the tuned-LR sections (experiments/report_tuning.py) and every run."""
+"""The Markdown page of an experiment (experiments/report_numbers.py summarises the runs it
+shows): what to read first, the table per batch size x scheme (or per optimizer group), the
+gradient noise scale, LEGW's sensitivity, the tuned-LR sections (experiments/report_tuning.py) and
+every run."""
 
 from __future__ import annotations
 
 import os
 import statistics
 
+from experiments import report_tuning
 from experiments.common import Experiment, Plan
-from experiments.report import PROTOCOL, TUNING_ROLES, cells, fmt, mean_se
+from experiments.report_numbers import TUNING_ROLES, cells, mean_se
+from experiments.report_text import PROTOCOL, cell_text, fmt
 
 
 def seeds_line(rows: list[dict]) -> str:
@@ -79,24 +82,6 @@ def caveats(exp: Experiment, plan: Plan, s: dict, local: bool) -> list[str]:
     if plan.caveats:
         lines.append(f"- {plan.caveats}")
     return lines
-
-
-def cell_text(v: dict | None, base_steps: float | None) -> str:
-    """``final +- se (steps to target, step speedup over the base, reached/seeds)``."""
-    if v is None:
-        return "-"
-    stopped = f", diverged {v['stopped']}/{v['seeds']}" if v["stopped"] else ""
-    if v["final"] is None:
-        return f"diverged {v['stopped']}/{v['seeds']}"
-    se = f" +- {fmt(v['final_se'], 2)}" if v["final_se"] is not None else ""
-    if v["steps_to_target"] is None:
-        return f"{fmt(v['final'])}{se} (target 0/{v['seeds']}{stopped})"
-    speed = f", x{base_steps / v['steps_to_target']:.2g}" if base_steps else ""
-    return (
-        f"{fmt(v['final'])}{se} ({v['steps_to_target']:.0f} steps{speed}, "
-        f"{v['reached']}/{v['seeds']}"
-        f"{stopped})"
-    )
 
 
 def main_table(exp: Experiment, s: dict, agg: dict) -> list[str]:
@@ -176,8 +161,6 @@ def group_table(exp: Experiment, s: dict, agg: dict) -> list[str]:
 def title_lines(exp: Experiment, plan: Plan, s: dict, local: bool, command: str) -> list[str]:
     """The title, "Read this first" (caveats and the tuned-LR verdicts), the claim, the command and
     the target with its rule."""
-    from experiments import report_tuning
-
     m, target = exp.metric, s["target"]
     better = "higher" if exp.direction == "max" else "lower"
     lines = [
@@ -301,8 +284,6 @@ def write_markdown(
     exp: Experiment, plan: Plan, s: dict, path: str, local: bool, command: str
 ) -> None:
     """The page: what to read first, the table(s), the tuned-LR sections, every run, the plots."""
-    from experiments import report_tuning
-
     m, rows = exp.metric, s["rows"]
     agg = cells(exp, rows)
     lines = title_lines(exp, plan, s, local, command)

@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import math
 
-from experiments import tuning
+from experiments import report_tuning, tuning
 from experiments.common import Experiment, Plan
-from experiments.report import TUNING_ROLES, evals, fmt, mean_se
+from experiments.report_numbers import TUNING_ROLES, mean_se
+from experiments.report_text import fmt
+from experiments.runfiles import evals
 
 LINESTYLES = {
     "base": "-",
@@ -226,8 +228,6 @@ def lr_vs_batch(exp: Experiment, plan: Plan, s: dict, path: str) -> bool:
     """Log-log: every grid point as a square coloured by how far it ends from its grid's best (how
     flat the optimum is), the tuned LR at each batch, and the Linear and Sqrt Scaling predictions
     through the smallest batch's tuned LR. False (no file) when no grid point has finished."""
-    from experiments import report_tuning
-
     matplotlib, plt = _pyplot()
     sts = [
         st

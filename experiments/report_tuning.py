@@ -1,8 +1,8 @@
 """The tuned column's part of a rendered page (experiments/tuning.py runs it): the tuned cell of
 each line, the grid of final values, which scaling rule the optimal LR follows, the longer budgets
 at the largest batch, the verdict per line for "Read this first", and the optimal-LR-against-batch
-plot. Pure functions of the summarised rows (experiments/report.py), so a page renders to the same
-bytes every time.
+plot. Pure functions of the summarised rows (experiments/report_numbers.py), so a page renders to
+the same bytes every time.
 """
 
 from __future__ import annotations
@@ -10,8 +10,10 @@ from __future__ import annotations
 import math
 import statistics
 
-from experiments import report, report_page, tuning
+from experiments import tuning
 from experiments.common import Experiment, Plan
+from experiments.report_numbers import TUNING_ROLES, aggregate
+from experiments.report_text import cell_text, fmt
 
 
 def states(exp: Experiment, plan: Plan, s: dict) -> list[tuning.LineState]:
@@ -29,7 +31,7 @@ def best_rows(plan: Plan, st: tuning.LineState, s: dict) -> list[dict]:
 
 
 def _base_steps(s: dict) -> float | None:
-    base = report.aggregate(
+    base = aggregate(
         [r for r in s["rows"] if r["role"] == "base" and "final" in r] or [{"batch": 0}]
     )
     return base["steps_to_target"] if base.get("seeds") and base["final"] is not None else None
@@ -48,8 +50,7 @@ def tuned_cells(exp: Experiment, plan: Plan, s: dict) -> dict[str, str]:
         lr = next((r["peak_lr"] for r in rs if r.get("peak_lr") is not None), None)
         edge = ", at the grid's edge" if st.at_edge else ""
         out[st.line.key] = (
-            f"{report_page.cell_text(report.aggregate(rs), _base_steps(s))}; peak lr "
-            f"{report.fmt(lr, 3)} (x{st.best:g}{edge})"
+            f"{cell_text(aggregate(rs), _base_steps(s))}; peak lr {fmt(lr, 3)} (x{st.best:g}{edge})"
         )
     return out
 
@@ -82,7 +83,7 @@ def rule_sentence(points: list[tuple[float, float]], step: float = 2.0) -> str:
         )
         if abs(alpha - e) <= res
     ]
-    seen = ", ".join(f"{report.fmt(lr, 3)} at {b}" for b, lr in sorted(points))
+    seen = ", ".join(f"{fmt(lr, 3)} at {b}" for b, lr in sorted(points))
     head = (
         f"tuned peak LR {seen}: it grows as batch^{round(alpha, 2) + 0.0:.2f} (least squares; +- "
         f"{res:.2f}, one grid step over x{k:g})"
@@ -102,15 +103,13 @@ def grid_table(exp: Experiment, sts: list[tuning.LineState], s: dict) -> list[st
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for st in sts:
         legw = by.get(tuning.grid_run(st.line, 1.0).name, {})
-        row = [st.line.key, report.fmt(legw.get("peak_lr"), 3)]
+        row = [st.line.key, fmt(legw.get("peak_lr"), 3)]
         for f in factors:
             v = st.finals.get(f, "")
             text = (
                 ""
                 if f not in st.factors
-                else (
-                    "not run" if v is None else "diverged" if v == tuning.STOPPED else report.fmt(v)
-                )
+                else ("not run" if v is None else "diverged" if v == tuning.STOPPED else fmt(v))
             )
             row.append(f"**{text}**" if st.settled and f == st.best else text)
         lines.append("| " + " | ".join(row) + " |")
@@ -130,13 +129,13 @@ def budget_table(exp: Experiment, plan: Plan, st: tuning.LineState, s: dict) -> 
         if not rs:
             lines.append(f"| x{m:g} ({t.epochs * m:g} epochs) | not run | | | |")
             continue
-        v = report.aggregate(rs)
+        v = aggregate(rs)
         steps = v["steps_to_target"]
         ratio = f"{steps / base_steps:.2g}" if steps and base_steps else "-"
-        final = report.fmt(v["final"]) if v["final"] is not None else "diverged"
+        final = fmt(v["final"]) if v["final"] is not None else "diverged"
         lines.append(
-            f"| x{m:g} ({t.epochs * m:g} epochs) | {final} | {report.fmt(v['epochs_to_target'])} | "
-            f"{report.fmt(steps)} | {ratio} |"
+            f"| x{m:g} ({t.epochs * m:g} epochs) | {final} | {fmt(v['epochs_to_target'])} | "
+            f"{fmt(steps)} | {ratio} |"
         )
     return lines
 
@@ -159,12 +158,12 @@ def verdicts(exp: Experiment, plan: Plan, s: dict) -> list[str]:
         best = best_rows(plan, st, s)
         if not legw or not best:
             continue
-        lv, bv = report.aggregate(legw), report.aggregate(best)
+        lv, bv = aggregate(legw), aggregate(best)
         (lr_, ln), (br, bn) = _reached(legw), _reached(best)
         who = "LEGW" if legw[0]["role"] != "base" else "the recipe"
         text = (
-            f"{st.line.key}: {who} {report.fmt(lv['final'])} (target {lr_}/{ln}), tuned "
-            f"{report.fmt(bv['final'])} at x{st.best:g} its peak LR (target {br}/{bn}); "
+            f"{st.line.key}: {who} {fmt(lv['final'])} (target {lr_}/{ln}), tuned "
+            f"{fmt(bv['final'])} at x{st.best:g} its peak LR (target {br}/{bn}); "
             f"{_gap(exp, lv['final'], bv['final'], who)}"
         )
         if st.line.largest and not lr_:
@@ -198,7 +197,7 @@ def _gap(exp: Experiment, legw: float | None, tuned: float | None, who: str) -> 
     diff = tuned - legw if exp.direction == "max" else legw - tuned
     if round(diff, 12) == 0:
         return "equal"
-    return f"{'tuned' if diff > 0 else who} better by {report.fmt(abs(diff), 3)}"
+    return f"{'tuned' if diff > 0 else who} better by {fmt(abs(diff), 3)}"
 
 
 def sections(exp: Experiment, plan: Plan, s: dict) -> list[str]:
@@ -266,9 +265,7 @@ def sections(exp: Experiment, plan: Plan, s: dict) -> list[str]:
     if v:
         lines += ["", "LEGW against the tuned LR:", ""] + [f"- {x}" for x in v]
     spent = [
-        r["train_time_s"]
-        for r in s["rows"]
-        if r["role"] in report.TUNING_ROLES and r.get("train_time_s")
+        r["train_time_s"] for r in s["rows"] if r["role"] in TUNING_ROLES and r.get("train_time_s")
     ]
     if t.cost or spent:
         measured = (

@@ -5,7 +5,8 @@ mode.
 
 ``host_malloc`` must be set before JAX starts, so the two modes cannot share a process: each run
 here is a child process (``--child``) that sets its mode, builds the config's run, and times its
-bare fused step (``bench_lstm.BareStep``: dropout on, the gradient of the mean loss, SGD) for
+bare fused step (``benchlib.loop_columns.BareStep``: dropout on, the gradient of the mean loss,
+SGD) for
 ``--rounds`` rounds after a warm-up. The modes alternate (system, reuse, then reuse, system, ...)
 ``--repeats`` times per batch, and the medians are compared: tokens/s, minor page faults per step
 (getrusage), and the process's peak resident memory. What the loop gains in the same setting is in
@@ -21,10 +22,12 @@ import statistics
 import subprocess
 import sys
 
+# benchlib/ is beside this script, so on sys.path when it runs; importing it starts no JAX
+# backend, so host_malloc can still be set after
+from benchlib.loop_columns import BareStep, with_batch
+from benchlib.report import cpu_model
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(ROOT, "scripts"))
-# importing it starts no JAX backend, so host_malloc can still be set after
-import bench_lstm  # noqa: E402
 
 # argparse, not absl flags: bench_lstm's absl flags would clash with ours
 PARSER = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -60,10 +63,10 @@ def child(mode: str, spec: str, batch: int, rounds: int, tokens: int) -> dict:
     state = hostmem.configure(mode)  # before JAX's backend starts
     from lbtrain import config_lib, setup
 
-    config = config_lib.load_config(bench_lstm.with_batch(spec, batch))
+    config = config_lib.load_config(with_batch(spec, batch))
     run = setup.build(config, tempfile.mkdtemp(prefix="bench_hostmem_"))
     steps = max(3, -(-tokens // run.plan.items_per_step))
-    bare = bench_lstm.BareStep(run, steps)  # compiles and warms up
+    bare = BareStep(run, steps)  # compiles and warms up
     speeds, faults = [], []
     for _ in range(rounds):
         before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
@@ -150,7 +153,7 @@ def main(args) -> None:
             "hardware": {
                 "machine": platform.machine(),
                 "cpu_count": os.cpu_count(),
-                "processor": platform.processor() or bench_lstm.cpu_model(),
+                "processor": platform.processor() or cpu_model(),
             },
             "settings": {
                 "config": args.config,

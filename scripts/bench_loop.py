@@ -11,7 +11,7 @@ mode cannot change afterwards), builds the workload's config, and
 * trains it through :func:`lbtrain.loop.train` (what the ``lbtrain`` command runs) for a fixed
   number of updates in a fresh workdir from the same initial state each round, reading the time per
   update from the run's own ``metrics.jsonl`` as a user would: from the first logged row to the last
-  (the final evaluation and checkpoint fall outside; ``bench_lstm.LoopBench``);
+  (the final evaluation and checkpoint fall outside; ``benchlib.loop_columns.LoopBench``);
 * and times the same jitted train step on one device-resident batch, back to back, with no batch
   assembly, logging or host read: the *bare step*. ``loop / bare`` is what the loop costs on top of
   the computation.
@@ -34,10 +34,12 @@ import subprocess
 import sys
 import time
 
+# benchlib/ is beside this script, so on sys.path when it runs; importing it starts no JAX
+# backend: host_malloc can still be set
+from benchlib.loop_columns import LoopBench, jax_copy
+from benchlib.lstm_steps import _block_jax
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(ROOT, "scripts"))
-# importing it starts no JAX backend: host_malloc can still be set
-import bench_lstm  # noqa: E402
 
 # name -> (config, updates trained, log_every_steps): the loop's own logging cadence of a real run
 WORKLOADS = {
@@ -90,18 +92,18 @@ class TrainStep:
 
     def __init__(self, run, steps: int):
         self.run, self.steps = run, steps
-        self.state = bench_lstm.jax_copy(run.state)
+        self.state = jax_copy(run.state)
         self.batch = run.global_batch(run.batches.batch_at(0))
         # compiled already (by the loop's first round)
         self.state, _ = run.train_step(self.state, self.batch)
-        bench_lstm._block_jax(self.state)
+        _block_jax(self.state)
 
     def round(self) -> float:
         """Items per second over ``steps`` updates."""
         start = time.perf_counter()
         for _ in range(self.steps):
             self.state, _ = self.run.train_step(self.state, self.batch)
-        bench_lstm._block_jax(self.state)
+        _block_jax(self.state)
         return self.steps * self.run.plan.items_per_step / (time.perf_counter() - start)
 
 
@@ -115,7 +117,7 @@ def child(mode: str, name: str, rounds: int, scale: float = 1.0) -> dict:
     steps, log_every = max(int(steps * scale), 8), max(int(log_every * scale), 2)
     # exactly `steps` updates a round, logged every `log_every`, evaluated and checkpointed only at
     # the end
-    loop_ = bench_lstm.LoopBench(
+    loop_ = LoopBench(
         spec,
         [f"log_every_steps={log_every}", "eval_every_epochs=1e6", "checkpoint_every_epochs=1e6"],
         steps,

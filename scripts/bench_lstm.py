@@ -21,23 +21,16 @@ device its step runs on); a row's fraction of the peak is against the peak in it
 
 from __future__ import annotations
 
-import os
 import sys
 
 from absl import app, flags
 
-# The parts live in benchlib/, next to this file: on sys.path when this runs as a script, and put
-# there when it is loaded by path (as tests/test_bench_lstm.py does).
-_HERE = os.path.dirname(os.path.abspath(__file__))
-if _HERE not in sys.path:
-    sys.path.insert(0, _HERE)
-# Importing them starts no JAX backend: host_malloc can still be set. The names bench_loop.py,
-# bench_hostmem.py and the tests use from this module are imported here too.
-from benchlib import loop_mode, report, step_mode  # noqa: E402
-from benchlib.loop_columns import BareStep, LoopBench, jax_copy, with_batch  # noqa: E402, F401
-from benchlib.lstm_steps import SIZES, _block_jax, step_flops  # noqa: E402, F401
-from benchlib.profiling import measure_matmul_peak, profile_lbtrain  # noqa: E402
-from benchlib.report import cpu_model  # noqa: E402, F401
+# The parts live in benchlib/, beside this file (on sys.path when it runs). Importing them starts
+# no JAX backend: host_malloc can still be set.
+from benchlib import loop_mode, report, step_mode
+from benchlib.loop_columns import with_batch
+from benchlib.lstm_steps import SIZES
+from benchlib.profiling import measure_matmul_peak, profile_lbtrain
 
 _SIZES = flags.DEFINE_list(
     "sizes", ["small", "medium"], "PTB sizes: small (2x200, T=20), medium (2x650, T=35)."

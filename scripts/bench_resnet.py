@@ -20,9 +20,11 @@ from __future__ import annotations
 import json
 import os
 import statistics
-import sys
 
 from absl import app, flags
+
+# benchlib/ is beside this file: on sys.path when it runs
+from benchlib.profiling import measure_matmul_peak, time_per_call
 
 _DEPTH = flags.DEFINE_integer("depth", 50, "ResNet depth (18, 34, 50, 101, 152).")
 _SIZE = flags.DEFINE_integer("image_size", 224, "Square input size.")
@@ -37,11 +39,6 @@ _MIN_TIME = flags.DEFINE_float(
 _JSON = flags.DEFINE_string("json", "", "Also write the results to this JSON file.")
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-# benchlib/ lives next to this file: on sys.path when this runs as a script, put there otherwise
-_HERE = os.path.dirname(os.path.abspath(__file__))
-if _HERE not in sys.path:
-    sys.path.insert(0, _HERE)
-from benchlib.profiling import measure_matmul_peak, time_per_call  # noqa: E402
 
 
 def bench_one(batch: int, dtype: str) -> dict:
@@ -49,7 +46,6 @@ def bench_one(batch: int, dtype: str) -> dict:
     returns its images/s, step time, FLOP/s and device count."""
     import jax
 
-    sys.path.insert(0, ROOT)
     from lbtrain import config_lib, setup
     from lbtrain import data as data_lib
 

@@ -20,7 +20,6 @@ measure at the stage you care about.
 from __future__ import annotations
 
 import os
-import sys
 
 from absl import app, flags
 
@@ -45,7 +44,6 @@ def measure(
     per-window ``B_simple`` and the batch sizes involved."""
     import jax
 
-    sys.path.insert(0, ROOT)
     from lbtrain import config_lib, optim, setup
     from lbtrain.checkpoint import Checkpointer
 

@@ -3,6 +3,8 @@ plots.
 
     # run (resumable) + render
     python scripts/reproduce.py --experiment=mnist_lstm --local --jobs=2
+    # on a machine with GPUs: one run per GPU, or k runs sharing each
+    python scripts/reproduce.py --experiment=mnist_lstm --local --devices=0,1 --runs_per_device=4
     # commands for a cluster/TPU queue
     python scripts/reproduce.py --experiment=gnmt --print-commands
     # render what has run so far
@@ -23,27 +25,31 @@ A plan with a tuned column (:mod:`experiments.tuning`) unfolds as its runs finis
 grid at each batch size first, two more points where the best one sits on the grid's edge, then the
 best point's other seeds and the longer epoch budgets. Runs start budget runs first, then the
 grids and seeds from the largest batch down (``launch_order``). ``--print-commands`` prints the
-runs known so far. The protocol every experiment follows: docs/reproduce.md.
+runs known so far. The scheduler (experiments/sweep/scheduler.py) is the same for every executor;
+an executor only starts runs (``--executor=local``: processes on this machine). A run that stops
+without ``results.json`` or ``failure.json`` (killed, a held workdir lock, missing data) is
+reported and tried again on the next pass; one that diverged is a result and is not. The
+protocol every experiment follows: docs/reproduce.md.
 
     python scripts/reproduce.py --experiment=all --local --render  # every local table
 """
 
 from __future__ import annotations
 
+import importlib
 import importlib.util
-import json
 import os
 import re
 import shlex
-import shutil
-import subprocess
 import sys
-from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 
 from absl import app, flags
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
+from experiments import report, runfiles
+from experiments.sweep import local as local_executor
+from experiments.sweep import scheduler
+
+ROOT = local_executor.ROOT
 
 _EXPERIMENT = flags.DEFINE_string(
     "experiment",
@@ -52,10 +58,29 @@ _EXPERIMENT = flags.DEFINE_string(
     required=True,
 )
 _LOCAL = flags.DEFINE_bool("local", False, "The scaled-down local plan instead of the full one.")
-_JOBS = flags.DEFINE_integer("jobs", 1, "Runs trained at the same time.")
+_EXECUTOR = flags.DEFINE_enum(
+    "executor", "local", ["local"], "What starts the runs: local (processes on this machine)."
+)
+_JOBS = flags.DEFINE_integer(
+    "jobs", 0, "Runs trained at the same time (default: one per slot; 1 on the CPU)."
+)
+_DEVICES = flags.DEFINE_list(
+    "devices",
+    [],
+    "local: the GPUs to run on, one slot each (indices, or all); unset: every run sees the "
+    "whole machine.",
+)
+_RUNS_PER_DEVICE = flags.DEFINE_integer(
+    "runs_per_device",
+    1,
+    "local, with --devices: runs sharing each GPU, each with 1/k of its memory.",
+)
+_DATA_DIR = flags.DEFINE_string(
+    "data_dir", "", "The data folder of every run (sets --config.data.dir); local or gs://."
+)
 _ONLY = flags.DEFINE_list("only", [], "Run (and render) only these run names.")
 _RUNS_DIR = flags.DEFINE_string(
-    "runs_dir", "", "Where the run workdirs go (default runs/<name>[_local])."
+    "runs_dir", "", "Where the run workdirs go (default runs/<name>[_local]); local or gs://."
 )
 _RESULTS = flags.DEFINE_string(
     "results",
@@ -74,157 +99,6 @@ _EXTRA = flags.DEFINE_multi_string(
 )
 
 
-def load_experiment(name: str):
-    path = name if name.endswith(".py") else os.path.join(ROOT, "experiments", f"{name}.py")
-    if not os.path.isfile(path):
-        raise SystemExit(
-            f"reproduce: no experiment {name!r}; valid choices: {', '.join(experiment_names())}"
-        )
-    spec = importlib.util.spec_from_file_location(
-        f"_experiment_{os.path.basename(path)[:-3]}", path
-    )
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.EXPERIMENT
-
-
-def tag(exp, local: bool) -> str:
-    return f"{exp.name}_local" if local else exp.name
-
-
-def run_command(exp, run, plan, workdir: str, extra=()) -> list[str]:
-    config = plan.config or exp.config
-    return [
-        sys.executable,
-        "-m",
-        "lbtrain.main",
-        f"--config={config}:{run.arg}",
-        f"--workdir={workdir}",
-        *run.overrides,
-        *extra,
-    ]
-
-
-def train_run(exp, run, plan, runs_dir: str, extra=()) -> tuple[str, str]:
-    """Train one run (or resume it). A run that stops with one of lbtrain's own errors (e.g. it
-    diverged) is a result too: ``failure.json`` records it and the run is not tried again."""
-    workdir = os.path.join(runs_dir, run.name)
-    if os.path.isfile(os.path.join(workdir, "results.json")):
-        return run.name, "finished earlier"
-    if os.path.isfile(os.path.join(workdir, "failure.json")):
-        return run.name, "failed earlier"
-    os.makedirs(workdir, exist_ok=True)
-    with open(os.path.join(workdir, "stdout.log"), "a") as log:
-        proc = subprocess.run(
-            run_command(exp, run, plan, workdir, extra),
-            cwd=ROOT,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
-    if proc.returncode != 0:
-        with open(os.path.join(workdir, "stdout.log")) as log:
-            errors = [line.strip() for line in log if line.startswith("lbtrain: error:")]
-        # a one-line lbtrain error, not a crash: record it as the outcome
-        if proc.returncode == 1 and errors:
-            with open(os.path.join(workdir, "failure.json"), "w") as f:
-                json.dump({"exit": proc.returncode, "error": errors[-1]}, f, indent=2)
-            return run.name, f"stopped: {errors[-1]}"
-        return run.name, f"failed (exit {proc.returncode}; see {workdir}/stdout.log)"
-    return run.name, "done"
-
-
-# ------------------------------------------------------------------------------------------ results
-
-RUN_FILES = ("config.json", "metrics.jsonl", "results.json", "provenance.json", "failure.json")
-
-
-def publish(run, runs_dir: str, results_dir: str, check: bool = False) -> bool:
-    """Copy a finished run's files (not its checkpoints) to ``<results_dir>/runs/<run>/``: what the
-    rendered tables are rebuilt from. Returns whether the run has finished (``check``: only whether
-    it has been published already, copying nothing)."""
-    if check:
-        dst = os.path.join(results_dir, "runs", run.name)
-        return any(
-            os.path.isfile(os.path.join(dst, name)) for name in ("results.json", "failure.json")
-        )
-    src = os.path.join(runs_dir, run.name)
-    if not any(
-        os.path.isfile(os.path.join(src, name)) for name in ("results.json", "failure.json")
-    ):
-        return False
-    dst = os.path.join(results_dir, "runs", run.name)
-    os.makedirs(dst, exist_ok=True)
-    for name in RUN_FILES:
-        if os.path.isfile(os.path.join(src, name)):
-            shutil.copyfile(os.path.join(src, name), os.path.join(dst, name))
-    return True
-
-
-def render_one(exp, local: bool, results: str, out_dir: str) -> None:
-    """Render ``<out_dir>/<name>[_local].{md,csv}`` and its plots from the runs published under
-    ``results``."""
-    from experiments import report
-
-    command = "python scripts/reproduce.py --experiment=" + exp.name + (" --local" if local else "")
-    os.makedirs(out_dir, exist_ok=True)
-    results_dir = os.path.join(results, tag(exp, local))
-    s = report.render(exp, local, results_dir, os.path.join(out_dir, tag(exp, local)), command)
-    done = sum("final" in r for r in s["rows"])
-    print(f"rendered {done}/{len(s['rows'])} runs -> {os.path.join(out_dir, tag(exp, local))}.md")
-
-
-def launch_order(runs: list) -> list:
-    """The order ``train_all`` starts runs in (the pages keep the plan's order): the plan's own runs
-    first, then the tuning's budget runs, the longest of all (started early, they run beside the
-    short ones instead of leaving one slot idle at the end), then the grids and seeds from the
-    largest batch down (the budget runs wait on the largest batch's grid, and the largest batch is
-    the one the tuning asks about if a sitting ends early). Stable: ties keep the plan's order."""
-
-    def key(r) -> tuple[int, int]:
-        stage = 2 if r.role == "tune" else 1 if r.role == "budget" else 0
-        return (stage, -r.batch if stage == 2 else 0)
-
-    return sorted(runs, key=key)
-
-
-def train_all(
-    exp, plan, runs_dir: str, results_dir: str, only: list[str], jobs: int, extra
-) -> None:
-    """Train the plan's runs and, as they finish, the tuning runs they call for
-    (experiments/tuning.py), at most ``jobs`` at a time; publish each run as it ends. The tuning's
-    next stage is decided afresh whenever a run finishes, so a grid widened at one batch does not
-    wait for the others."""
-    from experiments import report
-
-    final = report.finals(exp, results_dir)
-    # published earlier, or crashed in this invocation (reported, not retried)
-    skipped: set[str] = set()
-    running: dict = {}  # future -> run
-    with ThreadPoolExecutor(max(1, jobs)) as pool:
-        while True:
-            busy = {r.name for r in running.values()}
-            for r in launch_order(report.all_runs(exp, plan, final)):
-                if len(running) >= max(1, jobs):
-                    break
-                if (only and r.name not in only) or r.name in skipped or r.name in busy:
-                    continue
-                if publish(r, runs_dir, results_dir, check=True):
-                    skipped.add(r.name)
-                    print(f"{r.name}: finished earlier", flush=True)
-                    continue
-                running[pool.submit(train_run, exp, r, plan, runs_dir, extra)] = r
-                busy.add(r.name)
-            if not running:
-                return
-            done, _ = wait(running, return_when=FIRST_COMPLETED)
-            for future in done:
-                run = running.pop(future)
-                name, status = future.result()
-                published = publish(run, runs_dir, results_dir)
-                skipped.add(name)  # published now, or crashed: either way not started again here
-                print(f"{name}: {status}{' (published)' if published else ''}", flush=True)
-
-
 def experiment_names() -> list[str]:
     """The modules of experiments/ that declare an experiment (a top-level ``EXPERIMENT = ...``);
     the others (common, tuning, the report's) are the machinery."""
@@ -235,6 +109,71 @@ def experiment_names() -> list[str]:
             return re.search(r"^EXPERIMENT\b", src.read(), re.M) is not None
 
     return sorted(f[:-3] for f in os.listdir(folder) if f.endswith(".py") and declares(f))
+
+
+def load_experiment(name: str):
+    """``experiments.<name>``'s experiment, or the one a file at path ``name`` declares."""
+    if not name.endswith(".py"):
+        if name not in experiment_names():
+            raise SystemExit(
+                f"reproduce: no experiment {name!r}; valid choices: {', '.join(experiment_names())}"
+            )
+        return importlib.import_module(f"experiments.{name}").EXPERIMENT
+    if not os.path.isfile(name):
+        raise SystemExit(f"reproduce: no experiment file {name}: give an existing path")
+    spec = importlib.util.spec_from_file_location(
+        f"_experiment_{os.path.basename(name)[:-3]}", name
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.EXPERIMENT
+
+
+def tag(exp, local: bool) -> str:
+    return f"{exp.name}_local" if local else exp.name
+
+
+def render_one(exp, local: bool, results: str, out_dir: str) -> None:
+    """Render ``<out_dir>/<name>[_local].{md,csv}`` and its plots from the runs published under
+    ``results``."""
+    command = "python scripts/reproduce.py --experiment=" + exp.name + (" --local" if local else "")
+    os.makedirs(out_dir, exist_ok=True)
+    results_dir = os.path.join(results, tag(exp, local))
+    s = report.render(exp, local, results_dir, os.path.join(out_dir, tag(exp, local)), command)
+    done = sum("final" in r for r in s["rows"])
+    print(f"rendered {done}/{len(s['rows'])} runs -> {os.path.join(out_dir, tag(exp, local))}.md")
+
+
+def devices() -> list[int]:
+    """--devices as GPU indices (``all``: every GPU nvidia-smi lists)."""
+    if _DEVICES.value == ["all"]:
+        found = local_executor.visible_gpus()
+        if not found:
+            raise SystemExit("reproduce: --devices=all found no GPU (nvidia-smi lists none)")
+        return found
+    try:
+        return [int(d) for d in _DEVICES.value]
+    except ValueError:
+        raise SystemExit(
+            f"reproduce: --devices={','.join(_DEVICES.value)}: give GPU indices (0,1) or all"
+        ) from None
+
+
+def make_executor():
+    if _DEVICES.value or _RUNS_PER_DEVICE.value != 1:
+        if not _DEVICES.value:
+            raise SystemExit("reproduce: --runs_per_device needs --devices (the GPUs to share)")
+        if _RUNS_PER_DEVICE.value < 1:
+            raise SystemExit("reproduce: --runs_per_device must be at least 1")
+        return local_executor.LocalExecutor(
+            devices=devices(), runs_per_device=_RUNS_PER_DEVICE.value
+        )
+    return local_executor.LocalExecutor(jobs=max(1, _JOBS.value))
+
+
+def extra_flags() -> list[str]:
+    data = [f"--config.data.dir={_DATA_DIR.value}"] if _DATA_DIR.value else []
+    return data + list(_EXTRA.value)
 
 
 def main(argv):
@@ -252,9 +191,7 @@ def main(argv):
     plan = exp.plan(local)
     results_dir = os.path.join(results, tag(exp, local))
     runs_dir = _RUNS_DIR.value or os.path.join(ROOT, "runs", tag(exp, local))
-    from experiments import report
-
-    known = report.all_runs(exp, plan, report.finals(exp, results_dir))
+    known = runfiles.all_runs(exp, plan, runfiles.finals(exp, results_dir))
     if _ONLY.value and not set(_ONLY.value) <= {r.name for r in known}:
         unknown = sorted(set(_ONLY.value) - {r.name for r in known})
         raise SystemExit(
@@ -264,11 +201,20 @@ def main(argv):
     if _PRINT.value:  # the tuning's later stages depend on results: only the runs known now
         for r in known:
             if not _ONLY.value or r.name in _ONLY.value:
-                cmd = run_command(exp, r, plan, os.path.join(runs_dir, r.name), _EXTRA.value)
-                print(shlex.join(["lbtrain"] + cmd[3:]))
+                workdir = runfiles.join(runs_dir, r.name)
+                args = scheduler.lbtrain_args(exp, r, plan, workdir, extra_flags())
+                print(shlex.join(["lbtrain", *args]))
         return
     if not _RENDER.value:
-        train_all(exp, plan, runs_dir, results_dir, _ONLY.value, _JOBS.value, _EXTRA.value)
+        executor = make_executor()
+        sweep = scheduler.Sweep(
+            exp, plan, executor, runs_dir, results_dir, _ONLY.value, extra_flags(), _JOBS.value
+        )
+        try:
+            sweep.run()
+        except KeyboardInterrupt:
+            print("reproduce: interrupted; run the same command again to resume", file=sys.stderr)
+            sys.exit(130)
     render_one(exp, local, results, out_dir)
 
 

@@ -2,9 +2,16 @@
 tests/gcs_emulator.py)."""
 
 import dataclasses
+import os
+import sys
 
-import gcs_emulator  # tests/ is on sys.path: pytest inserts a rootdir conftest.py's folder
-import pytest
+# scripts/'s packages (benchlib, tpulaunch), as a script of that folder finds them when it runs
+sys.path.insert(
+    0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "scripts")
+)
+
+import gcs_emulator  # noqa: E402  tests/ is on sys.path: pytest inserts a rootdir conftest.py's folder
+import pytest  # noqa: E402
 
 
 @dataclasses.dataclass

@@ -6,18 +6,17 @@ import subprocess
 import sys
 
 import pytest
-from script_module import load_script
+from benchlib.lstm_steps import step_flops  # scripts/ is on sys.path (conftest.py)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def test_flop_count_by_hand():
-    bench = load_script("bench_lstm")
     # PTB-medium, batch 20, T 35: per token, each layer: 4 gates x (650 inputs + 650 recurrent) x
     # 650 outputs multiply-adds; softmax: 650 x 10000 multiply-adds. x2 FLOPs per MAC, x3 for
     # forward + backward.
     per_token_macs = 2 * 4 * 650 * (650 + 650) + 650 * 10_000
-    assert bench.step_flops(650, 20, 35) == pytest.approx(3 * 2 * per_token_macs * 20 * 35)
+    assert step_flops(650, 20, 35) == pytest.approx(3 * 2 * per_token_macs * 20 * 35)
 
 
 @pytest.mark.slow
@@ -100,7 +99,7 @@ def test_loop_mode_times_the_loop_its_bare_step_and_a_variant(tmp_path):
     # runlocal: 2 x 128, 2k vocab
     bound, cfg = row["bare_step_bound"], {"hidden": 128, "vocab": 2000}
     assert bound["step_gflop"] * 1e9 == pytest.approx(
-        load_script("bench_lstm").step_flops(cfg["hidden"], 8, 20, cfg["vocab"])
+        step_flops(cfg["hidden"], 8, 20, cfg["vocab"])
     )
     assert bound["matmul_floor_ms"] == pytest.approx(
         1e3 * bound["step_gflop"] / bound["matmul_peak_gflops"]

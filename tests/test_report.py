@@ -8,7 +8,7 @@ import statistics
 
 from fake_runs import fake_experiment, fake_run  # tests/ is on sys.path (conftest.py)
 
-from experiments import report, report_page
+from experiments import report, report_numbers, report_page
 from experiments.common import Experiment, Plan, sweep
 
 
@@ -45,7 +45,7 @@ def test_targets_steps_seeds_divergence_and_noise(tmp_path):
     fake_run(tmp_path, "b10_noise", [0.5], 10, noise=[(1.0, 20.0)] * 20)
 
     exp = experiment()
-    s = report.summarize(exp, exp.local, str(tmp_path), local=True)
+    s = report_numbers.summarize(exp, exp.local, str(tmp_path), local=True)
     target = (0.92 + 0.94) / 2 - 0.02  # the base runs' mean best, within the tolerance
     assert math.isclose(s["target"], target)
     rows = {r["run"]: r for r in s["rows"]}
@@ -62,7 +62,7 @@ def test_targets_steps_seeds_divergence_and_noise(tmp_path):
     )
     assert [n["b_simple"] for n in s["noise"]] == [20.0, 20.0, 20.0]
 
-    agg = report.cells(exp, s["rows"])
+    agg = report_numbers.cells(exp, s["rows"])
     legw = agg[(40, "legw")]
     assert math.isclose(legw["final"], (0.95 + 0.8) / 2)
     assert math.isclose(legw["final_se"], statistics.stdev([0.95, 0.8]) / math.sqrt(2))
@@ -136,10 +136,10 @@ def test_side_seeds_run_the_claim_and_base_on_every_seed_and_say_so(tmp_path):
         exp.full,
         Plan(runs, "fake"),
     )
-    s = report.summarize(exp, exp.local, str(tmp_path), local=True)
+    s = report_numbers.summarize(exp, exp.local, str(tmp_path), local=True)
     line = next(x for x in report_page.caveats(exp, exp.local, s, True) if x.startswith("- Seeds"))
     # what finished, grouped: the base on 3 seeds, legw on 2 so far, linear on 1
     assert line.startswith(
         "- Seeds: 3 (0, 1, 2) for `base`; 2 (0, 1) for `legw`; 1 (0) for `linear`. "
     )
-    assert report.cells(exp, s["rows"])[(40, "linear")]["final_se"] is None
+    assert report_numbers.cells(exp, s["rows"])[(40, "linear")]["final_se"] is None

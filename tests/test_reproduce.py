@@ -13,7 +13,6 @@ import textwrap
 import time
 
 import pytest
-from script_module import load_script
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -176,7 +175,9 @@ def test_launch_order_puts_budget_runs_then_the_largest_batch_first():
         run("b1280_legw_lr0.25_ep2x_s0", 1280, "budget"),
         run("b1280_legw_lr0.25_ep4x_s0", 1280, "budget"),
     ]
-    order = [r.name for r in load_script("reproduce").launch_order(runs)]
+    from experiments.sweep.scheduler import launch_order
+
+    order = [r.name for r in launch_order(runs)]
     assert order == [
         "b20_base_s0",  # the plan's own runs keep their place in front
         "b1280_legw_s0",

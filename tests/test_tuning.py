@@ -11,7 +11,7 @@ import sys
 
 import fake_runs  # tests/ is on sys.path (conftest.py)
 
-from experiments import report, report_tuning, tuning
+from experiments import report, report_numbers, report_tuning, tuning
 from experiments.common import Plan, Tuning, sweep
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -159,7 +159,7 @@ def test_the_page_holds_the_tuned_cell_the_rule_and_the_verdict(tmp_path):
     fake_run(
         tmp_path, "b40_legw_lr4_ep2x_s0", [0.5, 0.6, 0.8, 0.85, 0.86, 0.87, 0.89, 0.9], 40, 0.8
     )
-    s = report.summarize(exp, exp.local, str(tmp_path), local=True)
+    s = report_numbers.summarize(exp, exp.local, str(tmp_path), local=True)
     assert math.isclose(s["target"], 0.9 - 0.02)
     cells = report_tuning.tuned_cells(exp, exp.local, s)
     # the base's best grid point is x1 (the recipe): 0.9 on both seeds, reaching 0.88 at steps 30

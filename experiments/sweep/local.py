@@ -1,0 +1,129 @@
+"""The local executor: each run a ``python -m lbtrain.main`` process on this machine, its output
+in ``<workdir>/stdout.log``.
+
+On the CPU (no ``devices``) every process sees the whole machine and ``jobs`` of them run at once.
+On GPUs each slot is one GPU (``devices``: their indices) or a share of one (``runs_per_device``
+k > 1): the process sees only its GPU (``CUDA_VISIBLE_DEVICES``) and, when k runs share it,
+preallocates 1/k of its memory less a margin (``XLA_PYTHON_CLIENT_MEM_FRACTION``) instead of JAX's
+default 75 %, which would leave nothing to the others.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+
+from experiments import runfiles
+from experiments.sweep.scheduler import Slot
+from experiments.sweep.state import SweepState
+from lbtrain import rundir
+
+# the repository root: run commands name their config files relative to it
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+# of each GPU's memory, what the runs sharing it may preallocate in all (the rest: CUDA's own
+# context per process, and headroom)
+SHARED_MEMORY = 0.9
+
+
+def slot_env(device: int | None, runs_per_device: int) -> dict[str, str]:
+    """The environment variables a run on ``device`` gets, when ``runs_per_device`` share it."""
+    if device is None:
+        return {}
+    env = {"CUDA_VISIBLE_DEVICES": str(device)}
+    if runs_per_device > 1:
+        # two decimals, rounded down: the shares never add up to more than SHARED_MEMORY
+        share = int(SHARED_MEMORY / runs_per_device * 100) / 100
+        env["XLA_PYTHON_CLIENT_MEM_FRACTION"] = f"{share:.2f}"
+    return env
+
+
+def visible_gpus() -> list[int]:
+    """The indices of this machine's GPUs, as ``nvidia-smi`` lists them (none without it)."""
+    if shutil.which("nvidia-smi") is None:
+        return []
+    out = subprocess.run(
+        ["nvidia-smi", "--query-gpu=index", "--format=csv,noheader"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    return [int(x) for x in out.stdout.split()] if out.returncode == 0 else []
+
+
+class _Process:
+    """A run's process; its log is appended to the workdir's ``stdout.log`` (through a local file,
+    copied there when it ends, for a ``gs://`` workdir)."""
+
+    def __init__(self, argv: list[str], env: dict[str, str], workdir: str):
+        self.workdir = workdir
+        if rundir.is_cloud(workdir):
+            self.log_path = tempfile.mkstemp(prefix="lbtrain-", suffix=".log")[1]
+        else:
+            os.makedirs(workdir, exist_ok=True)
+            self.log_path = os.path.join(workdir, runfiles.LOG_NAME)
+        with open(self.log_path, "a") as log:
+            self.proc = subprocess.Popen(
+                argv,
+                cwd=ROOT,
+                env={**os.environ, **env},
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+        self.pid = self.proc.pid
+
+    def poll(self) -> int | None:
+        code = self.proc.poll()
+        if code is not None and rundir.is_cloud(self.workdir) and self.log_path:
+            target = runfiles.join(self.workdir, runfiles.LOG_NAME)
+            with open(self.log_path, "rb") as f:
+                rundir.write_bytes(target, (rundir.read_bytes(target) or b"") + f.read())
+            os.remove(self.log_path)
+            self.log_path = ""
+        return code
+
+    def stop(self) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            self.proc.send_signal(signal.SIGTERM)  # lbtrain saves a checkpoint and exits
+
+
+class LocalExecutor:
+    """``jobs`` processes on the CPU, or one slot per (GPU, share) of ``devices``."""
+
+    name = "local"
+
+    def __init__(self, jobs: int = 1, devices: list[int] | None = None, runs_per_device: int = 1):
+        self.runs_per_device = max(1, runs_per_device)
+        self.devices = devices or []
+        if self.devices:
+            self._slots = [
+                (Slot(f"gpu{d}" + (f".{i}" if self.runs_per_device > 1 else ""), 1), d)
+                for d in self.devices
+                for i in range(self.runs_per_device)
+            ]
+        else:
+            self._slots = [(Slot(f"cpu.{i}" if jobs > 1 else "cpu"), None) for i in range(jobs)]
+
+    def slots(self) -> list[Slot]:
+        return [slot for slot, _ in self._slots]
+
+    def env(self, slot: Slot) -> dict[str, str]:
+        device = next(d for s, d in self._slots if s == slot)
+        return slot_env(device, self.runs_per_device)
+
+    def start(self, slot: Slot, run, args: list[str], workdir: str, record) -> _Process:
+        job = _Process([sys.executable, "-m", "lbtrain.main", *args], self.env(slot), workdir)
+        record.launch = {"pid": job.pid, **self.env(slot)}
+        return job
+
+    def adopt(self, state: SweepState) -> dict:
+        # a local run outlives its scheduler only when that was killed alone; its workdir lock
+        # refuses a second copy, which then stops without a result and is retried next pass
+        return {}
+
+    def close(self, interrupted: bool) -> list[str]:
+        return []

@@ -1,0 +1,288 @@
+"""The plan scheduler, the same whatever runs the runs: which run starts on which slot, in what
+order, and what happens when one ends.
+
+A *slot* is where one run trains at a time (a process on this machine, a GPU, a TPU slice). An
+executor (:class:`Executor`) offers slots and starts a run's ``lbtrain`` command on one; the
+scheduler only reads the runs' workdirs (:mod:`experiments.runfiles`) to learn how a run ended:
+
+- ``results.json``: finished; ``failure.json``: diverged, a result. Either is published to
+  ``<results_dir>/runs/<run>/`` and never run again.
+- neither (killed, preempted, a held workdir lock, missing data): reported as stopped, not started
+  again in this pass; the next ``reproduce.py`` resumes it from its checkpoint.
+
+The tuned column unfolds as runs finish: the runs known are recomputed from the published finals
+whenever a run ends (:func:`experiments.runfiles.all_runs`), and started in :func:`launch_order`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import signal
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from typing import Protocol
+
+from experiments import runfiles
+from experiments.common import Experiment, Plan, Run
+from experiments.sweep import state as sweep_state
+from experiments.sweep.state import SweepState
+
+
+@dataclasses.dataclass(frozen=True)
+class Slot:
+    """Where one run trains at a time; ``devices``: the JAX devices a run there sees, which its
+    global batch must be a multiple of (0: not known here, any batch is taken)."""
+
+    name: str
+    devices: int = 0
+
+
+class Job(Protocol):
+    """A started run: ``poll()`` is its exit status once it has ended (None while it runs);
+    ``stop()`` asks it to stop as a preemption would (it saves a checkpoint first)."""
+
+    def poll(self) -> int | None: ...
+
+    def stop(self) -> None: ...
+
+
+class Executor(Protocol):
+    name: str
+
+    def slots(self) -> list[Slot]: ...
+
+    def start(self, slot: Slot, run: Run, args: list[str], workdir: str, record) -> Job:
+        """Start ``lbtrain <args>`` for ``run`` on ``slot`` (``record``: its
+        :class:`~experiments.sweep.state.RunRecord`, which the executor may annotate)."""
+        ...
+
+    def adopt(self, state: SweepState) -> dict[str, tuple[Slot, Job]]:
+        """The runs still live from an earlier scheduler (killed without cleaning up), by name."""
+        ...
+
+    def close(self, interrupted: bool) -> list[str]:
+        """Release what the executor holds; returns lines saying what it did."""
+        ...
+
+
+def lbtrain_args(exp: Experiment, run: Run, plan: Plan, workdir: str, extra=()) -> list[str]:
+    """The arguments of run's ``lbtrain`` command, with its workdir."""
+    return [
+        f"--config={plan.config or exp.config}:{run.arg}",
+        f"--workdir={workdir}",
+        *run.overrides,
+        *extra,
+    ]
+
+
+def launch_order(runs: list[Run]) -> list[Run]:
+    """The order runs start in (the pages keep the plan's order): the plan's own runs first, then
+    the tuning's budget runs, the longest of all (started early, they run beside the short ones
+    instead of leaving one slot idle at the end), then the grids and seeds from the largest batch
+    down (the budget runs wait on the largest batch's grid, and the largest batch is the one the
+    tuning asks about if a sitting ends early). Stable: ties keep the plan's order."""
+
+    def key(r) -> tuple[int, int]:
+        stage = 2 if r.role == "tune" else 1 if r.role == "budget" else 0
+        return (stage, -r.batch if stage == 2 else 0)
+
+    return sorted(runs, key=key)
+
+
+def fits(run: Run, slot: Slot) -> bool:
+    """Whether ``run``'s global batch splits evenly over the slot's devices."""
+    return slot.devices == 0 or (run.batch >= slot.devices and run.batch % slot.devices == 0)
+
+
+def pick(slot: Slot, pending: Sequence[Run], slots: Sequence[Slot]) -> Run | None:
+    """The run an idle ``slot`` takes: the first of ``pending`` (in launch order) that fits it,
+    preferring the runs that no smaller slot of the pool can take, so a large slot does not hold
+    a run a small one could have run while a run only it can take waits."""
+    smaller = [s for s in slots if s.devices < slot.devices]
+    candidates = [r for r in pending if fits(r, slot)]
+    only_here = [r for r in candidates if not any(fits(r, s) for s in smaller)]
+    return (only_here or candidates or [None])[0]
+
+
+def unplaceable(runs: Sequence[Run], slots: Sequence[Slot]) -> list[Run]:
+    """The runs no slot can take."""
+    return [r for r in runs if not any(fits(r, s) for s in slots)]
+
+
+class _Live:
+    """One line per change: the run, what happened, the sweep's totals and the time elapsed."""
+
+    def __init__(self, state: SweepState, out=None):
+        self.state, self.out, self.t0 = state, out or sys.stdout, time.monotonic()
+
+    def __call__(self, name: str, text: str) -> None:
+        t = int(time.monotonic() - self.t0)
+        totals = self.state.totals()
+        counts = ", ".join(f"{totals[k]} {k}" for k in sweep_state.ORDER if totals.get(k))
+        print(
+            f"{name}: {text} | {counts} | {t // 3600}:{t // 60 % 60:02d}:{t % 60:02d}",
+            file=self.out,
+            flush=True,
+        )
+
+
+@dataclasses.dataclass
+class Sweep:
+    """One pass over a plan with one executor (``only``: these run names alone; ``extra``: flags
+    added to every run; ``jobs``: at most this many runs at once, 0 for one per slot)."""
+
+    exp: Experiment
+    plan: Plan
+    executor: Executor
+    runs_dir: str
+    results_dir: str
+    only: Sequence[str] = ()
+    extra: Sequence[str] = ()
+    jobs: int = 0
+    poll_seconds: float = 0.2
+    out: object = None
+
+    def __post_init__(self):
+        self.state = SweepState.load(self.runs_dir, self.executor.name)
+        self.live = _Live(self.state, self.out)
+        self.running: dict[str, tuple[Slot, Run, Job]] = {}
+        self.done: set[str] = set()  # published, or ended without an outcome in this pass
+
+    # ------------------------------------------------------------------------------- the pass
+
+    def known(self) -> list[Run]:
+        final = runfiles.finals(self.exp, self.results_dir)
+        runs = launch_order(runfiles.all_runs(self.exp, self.plan, final))
+        return [r for r in runs if not self.only or r.name in self.only]
+
+    def workdir(self, run: Run) -> str:
+        return runfiles.join(self.runs_dir, run.name)
+
+    def _settled(self, run: Run) -> bool:
+        """Whether ``run`` needs no training: published earlier, or finished in its workdir (then
+        published now)."""
+        rec = self.state.run(run.name)
+        if runfiles.published(run.name, self.results_dir) or runfiles.publish(
+            run.name, self.runs_dir, self.results_dir
+        ):
+            outcome = runfiles.outcome(runfiles.join(self.results_dir, "runs", run.name))
+            rec.status = (
+                sweep_state.FINISHED if outcome == runfiles.Outcome.FINISHED else sweep_state.FAILED
+            )
+            self.live(run.name, "finished earlier")
+            return True
+        return False
+
+    def _start_some(self) -> None:
+        known = self.known()
+        pending = []
+        for r in known:
+            if r.name in self.done or r.name in self.running:
+                continue
+            if self._settled(r):
+                self.done.add(r.name)
+                continue
+            pending.append(r)
+            self.state.run(r.name).status = sweep_state.WAITING
+        slots = self.executor.slots()
+        busy = {slot.name for slot, _, _ in self.running.values()}
+        cap = self.jobs or len(slots)
+        for slot in sorted((s for s in slots if s.name not in busy), key=lambda s: s.devices):
+            if len(self.running) >= cap:
+                break
+            run = pick(slot, pending, slots)
+            if run is None:
+                continue
+            pending.remove(run)
+            rec = self.state.run(run.name)
+            rec.status, rec.slot, rec.detail = sweep_state.RUNNING, slot.name, ""
+            rec.attempts += 1
+            args = lbtrain_args(self.exp, run, self.plan, self.workdir(run), self.extra)
+            job = self.executor.start(slot, run, args, self.workdir(run), rec)
+            self.running[run.name] = (slot, run, job)
+            self.state.save()
+            where = f" on {slot.name}" if len(slots) > 1 or slot.devices else ""
+            self.live(run.name, f"started{where} (attempt {rec.attempts})")
+
+    def _ended(self, name: str, code: int) -> None:
+        slot, run, _ = self.running.pop(name)
+        rec = self.state.run(name)
+        self.done.add(name)
+        outcome = runfiles.outcome(self.workdir(run))
+        if outcome is not None:
+            runfiles.publish(name, self.runs_dir, self.results_dir)
+        if outcome == runfiles.Outcome.FINISHED:
+            rec.status, text = sweep_state.FINISHED, "done (published)"
+        elif outcome == runfiles.Outcome.FAILED:
+            failure = runfiles.read_failure(self.workdir(run))
+            rec.status, text = sweep_state.FAILED, f"stopped: {failure} (published)"
+        else:
+            log = runfiles.join(self.workdir(run), runfiles.LOG_NAME)
+            rec.status = sweep_state.STOPPED
+            text = f"stopped without a result (exit {code}; see {log}); the next pass retries it"
+        rec.detail = text
+        self.state.save()
+        self.live(name, text)
+
+    def run(self) -> SweepState:
+        """Train the runs until none is left to start; returns the sweep's state."""
+        for name, (slot, job) in self.executor.adopt(self.state).items():
+            run = next((r for r in self.known() if r.name == name), None)
+            if run is not None:
+                self.running[name] = (slot, run, job)
+                self.live(name, f"adopted, running on {slot.name}")
+        interrupted = False
+        try:
+            with _signals_as_interrupt():
+                while True:
+                    self._start_some()
+                    if not self.running:
+                        break
+                    while True:
+                        ended = {n: j.poll() for n, (_, _, j) in self.running.items()}
+                        ended = {n: c for n, c in ended.items() if c is not None}
+                        for name, code in ended.items():
+                            self._ended(name, code)
+                        if ended:
+                            break
+                        time.sleep(self.poll_seconds)
+        except KeyboardInterrupt:
+            interrupted = True
+            self._interrupt()
+        finally:
+            for line in self.executor.close(interrupted):
+                print(line, file=self.out or sys.stdout, flush=True)
+            self.state.save()
+        if interrupted:
+            raise KeyboardInterrupt
+        return self.state
+
+    def _interrupt(self) -> None:
+        """Stop every live run as a preemption would (each saves a checkpoint), wait for them."""
+        for _, _, job in self.running.values():
+            job.stop()
+        for name, (_, _, job) in list(self.running.items()):
+            while job.poll() is None:
+                time.sleep(self.poll_seconds)
+            self._ended(name, job.poll())
+
+
+class _signals_as_interrupt:
+    """SIGTERM handled as Ctrl-C while the sweep runs (main thread only)."""
+
+    def __enter__(self):
+        self.previous = None
+        if threading.current_thread() is threading.main_thread():
+            self.previous = signal.signal(signal.SIGTERM, self._raise)
+        return self
+
+    @staticmethod
+    def _raise(signum, frame):
+        raise KeyboardInterrupt
+
+    def __exit__(self, *exc):
+        if self.previous is not None:
+            signal.signal(signal.SIGTERM, self.previous)
+        return False
