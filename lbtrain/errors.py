@@ -43,7 +43,12 @@ class StorageError(LbtrainError):
 
 
 class DivergedError(LbtrainError):
-    """Training produced non-finite numbers and the NaN policy says stop."""
+    """Training produced non-finite numbers and the NaN policy says stop; ``step``: the first bad
+    step, where known."""
+
+    def __init__(self, message: str, step: int | None = None):
+        super().__init__(message)
+        self.step = step
 
 
 __all__ = [

@@ -125,7 +125,8 @@ def check_finite(record, params, nan_policy: str, checkpoints) -> None:
         raise DivergedError(
             f"nan_policy=skip skipped every update from step {stalled_at - streak + 1} to "
             f"{stalled_at} ({skipped} skipped in all); {last_good}: {BAD_UPDATE_ADVICE}, "
-            "or raise max_consecutive_skips"
+            "or raise max_consecutive_skips",
+            step=stalled_at,
         )
     if bad_step < 0 or nan_policy == "skip":
         return
@@ -134,5 +135,6 @@ def check_finite(record, params, nan_policy: str, checkpoints) -> None:
     where = f"first non-finite {'gradient ' if what == 'loss' else ''}leaf: {path}"
     raise DivergedError(
         f"non-finite {what} ({where}) at step {bad_step}; {last_good}: "
-        f"{BAD_UPDATE_ADVICE}, or --config.nan_policy=skip"
+        f"{BAD_UPDATE_ADVICE}, or --config.nan_policy=skip",
+        step=bad_step,
     )

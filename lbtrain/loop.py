@@ -18,7 +18,7 @@ import jax.numpy as jnp
 
 from lbtrain import config_lib, hosts, parallel, provenance, rundir
 from lbtrain.checkpoint import Checkpointer
-from lbtrain.errors import ResumeError
+from lbtrain.errors import DivergedError, ResumeError
 from lbtrain.health import check_finite, nan_record
 from lbtrain.metrics import MetricWriter
 from lbtrain.preemption import PreemptionWatch
@@ -233,13 +233,16 @@ def train(run, workdir: str, lock=None) -> dict[str, Any]:
     # them midway
     with PreemptionWatch() as preemption:
         s = _Session(run, workdir, lock)
-        s.resume()
         try:
+            s.resume()
             with jax.set_mesh(run.mesh):
                 finished = _iterate(s, preemption)
                 if finished and (not s.history or s.history[-1]["step"] != s.plan.total_steps):
                     # resumed a finished run: its final metrics
                     s.evaluate(s.plan.total_steps, again=True)
+        except DivergedError as e:
+            _record_failure(s, e)
+            raise
         finally:
             s.close()
         step, total = int(s.state.step), s.plan.total_steps
@@ -257,6 +260,23 @@ def train(run, workdir: str, lock=None) -> dict[str, Any]:
                 "state": s.state,
             }
         return _finish(s)
+
+
+FAILURE_EXIT = 1  # what `lbtrain` exits with on an error found once the run started (lbtrain.main)
+
+
+def _record_failure(s: _Session, e: DivergedError) -> None:
+    """``failure.json`` in the workdir (process 0): a diverged run is a result of the run, recorded
+    with the error line ``lbtrain`` prints, its exit status and the first bad step (else the step
+    the state had reached).
+    Any other error (a held lock, missing data, storage) writes nothing: running the command again
+    is the remedy there."""
+    record = {
+        "error": "lbtrain: error: " + (" ".join(str(e).split()) or type(e).__name__),
+        "exit": FAILURE_EXIT,
+        "step": e.step if e.step is not None else int(s.state.step),
+    }
+    rundir.write_json(rundir.path(s.workdir) / "failure.json", record, is_writer=s.writer_enabled)
 
 
 def _finish(s: _Session) -> dict[str, Any]:

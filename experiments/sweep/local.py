@@ -96,7 +96,14 @@ class LocalExecutor:
 
     name = "local"
 
-    def __init__(self, jobs: int = 1, devices: list[int] | None = None, runs_per_device: int = 1):
+    def __init__(
+        self,
+        jobs: int = 1,
+        devices: list[int] | None = None,
+        runs_per_device: int = 1,
+        program: tuple[str, ...] = (sys.executable, "-m", "lbtrain.main"),
+    ):
+        self.program = program  # what a run's arguments are given to
         self.runs_per_device = max(1, runs_per_device)
         self.devices = devices or []
         if self.devices:
@@ -116,7 +123,7 @@ class LocalExecutor:
         return slot_env(device, self.runs_per_device)
 
     def start(self, slot: Slot, run, args: list[str], workdir: str, record) -> _Process:
-        job = _Process([sys.executable, "-m", "lbtrain.main", *args], self.env(slot), workdir)
+        job = _Process([*self.program, *args], self.env(slot), workdir)
         record.launch = {"pid": job.pid, **self.env(slot)}
         return job
 

@@ -168,10 +168,9 @@ class Sweep:
             run.name, self.runs_dir, self.results_dir
         ):
             outcome = runfiles.outcome(runfiles.join(self.results_dir, "runs", run.name))
-            rec.status = (
-                sweep_state.FINISHED if outcome == runfiles.Outcome.FINISHED else sweep_state.FAILED
-            )
-            self.live(run.name, "finished earlier")
+            finished = outcome == runfiles.Outcome.FINISHED
+            rec.status = sweep_state.FINISHED if finished else sweep_state.FAILED
+            self.live(run.name, "finished earlier" if finished else "failed earlier")
             return True
         return False
 
