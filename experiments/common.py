@@ -108,6 +108,22 @@ class Experiment:
         return a > b if self.direction == "max" else a < b
 
 
+def per_epoch_decay_stretch(start_epoch: float, rate: float) -> Callable[[float], tuple[str, ...]]:
+    """A ``Tuning.stretch`` for a per-epoch exponential decay (x ``rate`` an epoch from
+    ``start_epoch``) spread over ``multiple`` x the epochs: it starts at ``start_epoch x multiple``
+    and takes ``multiple`` epochs for each step of ``rate``, so the LR is the same at the same share
+    of the budget (a per-epoch decay kept as is would take x2 and x4 runs to zero LR long before
+    they end)."""
+
+    def stretch(multiple: float) -> tuple[str, ...]:
+        return (
+            f"--config.optim.schedule.exponential.start_epoch={start_epoch * multiple:g}",
+            f"--config.optim.schedule.exponential.rate={rate ** (1 / multiple):.6g}",
+        )
+
+    return stretch
+
+
 def seeded(run: Run, seed: int) -> Run:
     """The run on ``seed``: its name gets ``_s<seed>`` and a nonzero seed adds ``--config.seed``."""
     overrides = run.overrides + ((f"--config.seed={seed}",) if seed else ())

@@ -21,6 +21,13 @@ EXPERIMENT = Experiment(
     full=Plan(
         sweep(256, (1, 4, 16), SCHEMES, "corpus=wmt16", seeds=(0,), base_lr=1e-3),
         "WMT16 en-de, 4+4 x 1024 GNMT, 6 epochs, beam 10 (one seed)",
+        tuning=Tuning(
+            base_lr=1e-3,
+            epochs=6.0,
+            seeds=(0,),
+            cost="the grids at 256, 1024 and 4096, widened where the best point is on an edge, and "
+            "2 budget runs at 4096: `--estimate` lists them with their steps",
+        ),
     ),
     local=Plan(
         sweep(32, (1, 16), SCHEMES, "runlocal=True,epochs=8", base_lr=3e-3),

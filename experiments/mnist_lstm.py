@@ -24,6 +24,12 @@ EXPERIMENT = Experiment(
     full=Plan(
         sweep(128, (1, 4, 16, 64), SCHEMES, "source=tfds", base_lr=0.1),
         "full MNIST (60k/10k), 25 epochs, LSTM 128",
+        tuning=Tuning(
+            base_lr=0.1,
+            epochs=25.0,
+            cost="the grids at 128, 512, 2048 and 8192, widened where the best point is on an "
+            "edge, the best points' seeds and 2 budget runs at 8192: `--estimate` lists them",
+        ),
     ),
     local=Plan(
         sweep(10, (1, 4, 16, 64), SCHEMES, overrides=LOCAL_BASE, base_lr=0.1),

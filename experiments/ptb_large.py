@@ -4,7 +4,7 @@ dropout 0.65).
 Full plan only: a 2x1500 LSTM trains at about 100 tokens/s on two CPU cores, so no local run would
 be the large model; the local language-model table is ``ptb_small`` (KJV corpus)."""
 
-from experiments.common import Experiment, Plan, sweep
+from experiments.common import Experiment, Plan, Tuning, per_epoch_decay_stretch, sweep
 
 SCHEMES = ("legw", "linear", "sqrt", "none", "linear_legw_warmup", "sqrt_const_warmup")
 
@@ -19,6 +19,15 @@ EXPERIMENT = Experiment(
     full=Plan(
         sweep(20, (1, 4, 16, 64), SCHEMES, "size=large", seeds=(0,), base_lr=1.0),
         "PTB, 2x1500 LSTM, dropout 0.65, 55 epochs (one seed: a run takes hours)",
+        tuning=Tuning(
+            base_lr=1.0,
+            epochs=55.0,
+            seeds=(0,),
+            # the large recipe's decay: x1/1.15 an epoch after epoch 14
+            stretch=per_epoch_decay_stretch(13.0, 1 / 1.15),
+            cost="the grids at 20, 80, 320 and 1280, widened where the best point is on an edge, "
+            "and 2 budget runs at 1280: `--estimate` lists them with their steps",
+        ),
     ),
     local=Plan((), "not run locally: see ptb_small"),
 )

@@ -6,21 +6,14 @@ base warmup of 1/32 epoch locally so that LEGW's longest warmup (x64: 2 epochs) 
 first decay step (epoch 4).
 """
 
-from experiments.common import Experiment, Plan, Tuning, sweep
+from experiments.common import Experiment, Plan, Tuning, per_epoch_decay_stretch, sweep
 
 SCHEMES = ("legw", "linear", "sqrt", "none", "linear_legw_warmup", "sqrt_const_warmup")
 LOCAL = ("--config.optim.schedule.warmup_epochs=0.03125", "--config.log_every_steps=20")
 
 
-def stretch(multiple: float) -> tuple[str, ...]:
-    """The small recipe's per-epoch decay (x0.5 a epoch from epoch 3) spread over ``multiple`` x the
-    epochs: it starts at 3 x multiple and halves every ``multiple`` epochs, so the LR is the same at
-    the same share of the budget (a per-epoch decay kept as is would take x2 and x4 runs to zero LR
-    long before they end)."""
-    return (
-        f"--config.optim.schedule.exponential.start_epoch={3 * multiple:g}",
-        f"--config.optim.schedule.exponential.rate={0.5 ** (1 / multiple):.6g}",
-    )
+# the small recipe's decay (x0.5 an epoch from epoch 3: after epoch 4) over x the epochs
+stretch = per_epoch_decay_stretch(3.0, 0.5)
 
 
 EXPERIMENT = Experiment(
@@ -34,6 +27,14 @@ EXPERIMENT = Experiment(
     full=Plan(
         sweep(20, (1, 4, 16, 64), SCHEMES, "size=small", seeds=(0,), base_lr=1.0),
         "PTB, 2x200 LSTM, 13 epochs (Zaremba small; one seed)",
+        tuning=Tuning(
+            base_lr=1.0,
+            epochs=13.0,
+            seeds=(0,),
+            stretch=stretch,
+            cost="the grids at 20, 80, 320 and 1280, widened where the best point is on an edge, "
+            "and 2 budget runs at 1280: `--estimate` lists them with their steps",
+        ),
     ),
     local=Plan(
         sweep(

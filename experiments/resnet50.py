@@ -22,6 +22,13 @@ EXPERIMENT = Experiment(
     full=Plan(
         sweep(512, (1, 4, 16, 64), SCHEMES, seeds=(0,), base_lr=4.0, noise_overrides=None),
         "ImageNet, ResNet-50 v1.5, LARS, 90 epochs (one seed: a run takes hours)",
+        tuning=Tuning(
+            base_lr=4.0,
+            epochs=90.0,
+            seeds=(0,),
+            cost="the grids at 512, 2K, 8K and 32K, widened where the best point is on an edge, "
+            "and 2 budget runs at 32K: `--estimate` lists them with their steps",
+        ),
     ),
     local=Plan(
         sweep(

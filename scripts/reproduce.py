@@ -45,7 +45,8 @@ import sys
 
 from absl import app, flags
 
-from experiments import report, runfiles
+from experiments import estimate, report, runfiles
+from experiments.step_times import StepTimes
 from experiments.sweep import local as local_executor
 from experiments.sweep import scheduler
 
@@ -93,6 +94,27 @@ _OUT = flags.DEFINE_string(
 _PRINT = flags.DEFINE_bool("print_commands", False, "Print one shell command per run and exit.")
 _RENDER = flags.DEFINE_bool(
     "render", False, "Only render, from the committed per-run files (no training)."
+)
+_ESTIMATE = flags.DEFINE_bool(
+    "estimate",
+    False,
+    "Print what the plan costs (per run and in all: steps, examples; chip-hours with a step time; "
+    "a price with --price_per_chip_hour) and exit. Needs neither the data nor the target.",
+)
+_STEP_TIMES = flags.DEFINE_list(
+    "step_times",
+    [],
+    "Measured step times for the estimate: probe caches or benchmark JSONs (docs/bench/*.json).",
+)
+_ACCELERATOR = flags.DEFINE_string(
+    "accelerator", "", "The device kind the step times are looked up for (e.g. 'NVIDIA H200')."
+)
+_CHIPS = flags.DEFINE_integer(
+    "chips", 0, "Chips (JAX devices) per run for the estimate (default: 1 with --devices)."
+)
+_PRICE = flags.DEFINE_float("price_per_chip_hour", None, "Price of one chip-hour.")
+_MAX_CHIP_HOURS = flags.DEFINE_float(
+    "max_chip_hours", None, "Refuse to start a plan that may take more chip-hours than this."
 )
 _EXTRA = flags.DEFINE_multi_string(
     "extra", [], "Extra --config.x=y flags for every run (e.g. num_devices)."
@@ -176,6 +198,23 @@ def extra_flags() -> list[str]:
     return data + list(_EXTRA.value)
 
 
+def plan_cost(exp, plan):
+    """The plan's estimate from the flags (experiments/estimate.py)."""
+    chips = _CHIPS.value or (1 if _DEVICES.value else None)
+    try:
+        times = StepTimes.load(*_STEP_TIMES.value, accelerator=_ACCELERATOR.value or None)
+    except (OSError, ValueError) as e:
+        raise SystemExit(f"reproduce: --step_times: {e}") from None
+    return estimate.estimate(
+        exp,
+        plan,
+        accelerator=_ACCELERATOR.value or None,
+        devices=chips,
+        step_times=times,
+        price_per_chip_hour=_PRICE.value,
+    )
+
+
 def main(argv):
     del argv
     local = _LOCAL.value
@@ -205,6 +244,14 @@ def main(argv):
                 args = scheduler.lbtrain_args(exp, r, plan, workdir, extra_flags())
                 print(shlex.join(["lbtrain", *args]))
         return
+    if _ESTIMATE.value or _MAX_CHIP_HOURS.value is not None:
+        cost = plan_cost(exp, plan)
+        if _ESTIMATE.value:
+            print(estimate.render(cost), end="")
+            return
+        refused = estimate.refusal(cost, _MAX_CHIP_HOURS.value)
+        if refused:
+            raise SystemExit(f"reproduce: --max_chip_hours: the plan may take {refused}")
     if not _RENDER.value:
         executor = make_executor()
         sweep = scheduler.Sweep(
