@@ -12,9 +12,10 @@ What one launch does, in order (--dry-run prints every command instead of runnin
      deleted and recreated; without either flag the named TPU VM must exist;
   2. the code: `git archive` of the checkout (one archive per launch, named by its launch id),
      copied to every worker and unpacked into ~/lbtrain/launches/<launch id>/src there;
-  3. the install, on every worker: uv (https://astral.sh/uv) with a Python it downloads itself
-     (--python, default 3.12: the TPU images' own Python 3.10 is older than lbtrain needs), a
-     virtual environment per launch, `jax[tpu]` and lbtrain[offline,gcs] in it;
+  3. the install, on every worker, skipped where ~/lbtrain/env already holds this commit
+     installed with the same --python, --jax and --extras: uv (https://astral.sh/uv) with a Python
+     it downloads itself (--python, default 3.12: the TPU images' own Python 3.10 is older than
+     lbtrain needs), a virtual environment, `jax[tpu]` and lbtrain[offline,gcs] in it;
   4. the run: processes still holding the TPU from an earlier run are ended, then `lbtrain ARGS`
      starts detached on every worker (it outlives this command and the ssh session), with cwd = the
      unpacked source, LBTRAIN_DISTRIBUTED_AUTO=1 (JAX finds the slice's hosts itself) and its output
@@ -24,37 +25,27 @@ What one launch does, in order (--dry-run prints every command instead of runnin
      launcher is interrupted (Ctrl-C, SIGTERM, SIGHUP), so a failed launch does not leave a slice
      billing.
 
-Later, on the same slice: --follow, --logs, --status, --stop (SIGTERM: lbtrain checkpoints and
-exits), --delete. A second run is refused while one is live (--stop it first). Standard library
-only, Python >= 3.8: it runs on the machine you launch from; the workers get their own Python.
+Later, on the same slice: --follow, --logs, --status (--status --json: one JSON object for
+programs), --stop (SIGTERM: lbtrain checkpoints and exits), --delete. A second run is refused while
+one is live (--stop it first). Standard library only, Python >= 3.8: it runs on the machine you
+launch from; the workers get their own Python.
 
 The launcher's parts are the package next to this file, scripts/tpulaunch/: the command line (cli,
-flags), the slice (tpuvm, provision), the code and install (ship, and worker.sh, the helper every
-worker runs), the run (watch), the whole command (launcher) and what they share (common, base).
+flags), the accelerator types (accelerators), the slice (tpuvm, provision, status), the code and
+install (ship, and worker.sh, the helper every worker runs), the run (watch), the whole command
+(launcher) and what they share (common, base).
 """
 
 from __future__ import annotations
 
-import os
 import signal
 import sys
 
-# scripts/, where the package tpulaunch is: sys.path[0] when run as a script, unless Python runs
-# with -I, -P or PYTHONSAFEPATH
-HERE = os.path.dirname(os.path.abspath(__file__))
-if HERE not in sys.path:
-    sys.path.insert(0, HERE)
-
-from tpulaunch.cli import parse_args  # noqa: E402
-from tpulaunch.common import (  # noqa: E402
-    LIVE_RUN,
-    Interrupted,
-    LaunchError,
-    raise_interrupted,
-    signal_name,
-)
-from tpulaunch.launcher import Launcher  # noqa: E402
-from tpulaunch.ship import worker_script  # noqa: E402
+# scripts/, this file's folder, is sys.path[0] when it runs as a script: tpulaunch is found there
+from tpulaunch.cli import parse_args
+from tpulaunch.common import LIVE_RUN, Interrupted, LaunchError, raise_interrupted, signal_name
+from tpulaunch.launcher import Launcher
+from tpulaunch.ship import worker_script
 
 
 def main(argv=None) -> int:

@@ -4,16 +4,25 @@
 wrappers around this file, and keeps the slice's state in ``folder/state.json``. What it plays, with
 the flags of the gcloud reference the launcher uses (an unknown flag is an error, as in gcloud):
 
-* ``compute tpus tpu-vm create | describe | delete | ssh | scp``: a node of ``workers`` workers;
-  worker i is the folder ``folder/workers/NAME/wI``, its HOME. ``ssh --worker=all|N --command CMD``
-  runs ``bash -c CMD`` there, one local process per worker, all at once, with a clean environment
-  (as on a fresh VM) plus the worker's ``worker_env``; it exits with the first non-zero status.
-  ``scp`` copies into / out of those folders. ``delete`` ends the node's runs (their recorded
-  process groups), as deleting a VM does.
+* ``compute tpus tpu-vm create | describe | delete | ssh | scp``: a node with as many workers
+  (TPU VMs) as its accelerator type has hosts in the launcher's table
+  (scripts/tpulaunch/accelerators.py), or ``workers`` when a test sets it; worker i is the folder
+  ``folder/workers/NAME/wI``, its HOME, with one file ``dev/accelN`` per chip it holds.
+  ``ssh --worker=all|N --command CMD`` runs ``bash -c CMD`` there, one local process per worker,
+  all at once, with a clean environment (as on a fresh VM) in which JAX on CPU sees the worker's
+  share of the slice's devices (``XLA_FLAGS``), plus the worker's ``worker_env``; it exits with
+  the first non-zero status. ``scp`` copies into / out of those folders. ``delete`` ends the
+  node's runs (their recorded process groups), as deleting a VM does.
 * ``compute tpus queued-resources create | describe | delete`` (``alpha`` for ``--best-effort``): a
   new queued resource walks through ``queued_states``, one state per describe; at ACTIVE its node
   exists.
 * Capacity: the first ``capacity_failures`` plain creates fail with RESOURCE_EXHAUSTED.
+* Preemption, a hook only tests use: ``FakeSlice.preempt(name)`` or ``gcloud fake preempt NAME
+  --zone=Z [--grace=SECONDS]``. The node goes STOPPING, its live runs' process groups get SIGTERM
+  (SIGKILL after the grace period, default 30 s, as a spot VM's shutdown gives), then the node is
+  PREEMPTED (a queued resource holding it: SUSPENDED).
+* ``auth list [--filter=status:ACTIVE] [--format=json|value(account)]``: the ``accounts`` of the
+  state (one active account unless a test empties it), as gcloud prints them.
 * The install: ``curl -LsSf https://astral.sh/uv/install.sh`` prints an installer that puts a fake
   ``uv`` in ``$UV_INSTALL_DIR``; ``uv venv`` / ``uv pip install`` build ``venv/bin/python`` and
   ``venv/bin/lbtrain`` on this test's own interpreter (lbtrain from the unpacked source, or
@@ -35,6 +44,7 @@ import sys
 import time
 
 HERE = os.path.abspath(__file__)
+SCRIPTS = os.path.join(os.path.dirname(os.path.dirname(HERE)), "scripts")  # the launcher's table
 VALUE_FLAGS = {
     "zone",
     "project",
@@ -45,6 +55,7 @@ VALUE_FLAGS = {
     "version",
     "runtime-version",
     "node-id",
+    "filter",
 }
 BOOL_FLAGS = {"spot", "reserved", "best-effort", "quiet", "force"}
 
@@ -52,7 +63,7 @@ BOOL_FLAGS = {"spot", "reserved", "best-effort", "quiet", "force"}
 class FakeSlice:
     """The test side: folders, wrappers and state of one fake project."""
 
-    def __init__(self, folder: str, workers: int = 2, **settings):
+    def __init__(self, folder: str, workers: int = None, **settings):
         self.folder = os.path.abspath(folder)
         self.bin = os.path.join(self.folder, "bin")  # first on the launcher's PATH: gcloud
         # first on every worker's PATH: curl
@@ -74,6 +85,7 @@ class FakeSlice:
             queued_states=["WAITING_FOR_RESOURCES", "PROVISIONING", "ACTIVE"],
             worker_env={},
             python=sys.executable,
+            accounts=[{"account": "tester@example.com", "status": "ACTIVE"}],
         )
         state.update(settings)
         save_state(self.folder, state)
@@ -95,6 +107,10 @@ class FakeSlice:
             state = load_state(self.folder)
             state.update(settings)
             save_state(self.folder, state)
+
+    def preempt(self, name: str, grace: float = 30.0):
+        """Take spot VM ``name`` back: its runs get SIGTERM, then it is PREEMPTED."""
+        preempt(self.folder, name, grace)
 
     def set_node_state(self, name: str, node_state: str):
         with locked(self.folder):
@@ -163,12 +179,65 @@ def kill_group(pid_file: str, sig: int):
         pass
 
 
-def end_node_runs(folder: str, name: str):
-    """Deleting or preempting a VM ends everything on it."""
-    base = os.path.join(folder, "workers", name)
-    for root, _dirs, files in os.walk(base):
+def live_pid_files(folder: str, name: str) -> list:
+    """The pid files of the runs on node ``name`` that have not recorded their end."""
+    out = []
+    for root, _dirs, files in os.walk(os.path.join(folder, "workers", name)):
         if "pid" in files and not os.path.exists(os.path.join(root, "exit_code")):
-            kill_group(os.path.join(root, "pid"), signal.SIGKILL)
+            out.append(os.path.join(root, "pid"))
+    return out
+
+
+def end_node_runs(folder: str, name: str):
+    """Deleting a VM ends everything on it."""
+    for pid_file in live_pid_files(folder, name):
+        kill_group(pid_file, signal.SIGKILL)
+
+
+def group_running(pgid: int) -> bool:
+    """Whether a process of group ``pgid`` still runs (a zombie no longer does: no one here may
+    reap a detached run's leader)."""
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if fields[2] == str(pgid) and fields[0] != "Z":
+            return True
+    return False
+
+
+def preempt(folder: str, name: str, grace: float = 30.0):
+    """A spot VM taken back: STOPPING, SIGTERM to its runs, SIGKILL after ``grace`` seconds, then
+    PREEMPTED (and SUSPENDED, a queued resource that holds it)."""
+    with locked(folder):
+        state = load_state(folder)
+        if name not in state["nodes"]:
+            raise KeyError(f"no node {name} to preempt")
+        state["nodes"][name]["state"] = "STOPPING"
+        save_state(folder, state)
+    groups = []
+    for pid_file in live_pid_files(folder, name):
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            with open(pid_file) as f:
+                groups.append(int(f.read().split()[0]))
+        kill_group(pid_file, signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    while any(group_running(g) for g in groups) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    for g in groups:
+        with contextlib.suppress(OSError):
+            os.killpg(g, signal.SIGKILL)
+    with locked(folder):
+        state = load_state(folder)
+        state["nodes"][name]["state"] = "PREEMPTED"
+        for qr in state["queued"].values():
+            if qr["node"] == name:
+                qr["state"], qr["next"] = "SUSPENDED", []
+        save_state(folder, state)
 
 
 # ---- gcloud --------------------------------------------------------------------------------------
@@ -215,7 +284,7 @@ def not_found(what: str, name: str, zone: str):
     )
 
 
-def node_json(name: str, zone: str, node: dict, workers: int) -> dict:
+def node_json(name: str, zone: str, node: dict) -> dict:
     return {
         "name": f"projects/fake/locations/{zone}/nodes/{name}",
         "state": node["state"],
@@ -223,9 +292,29 @@ def node_json(name: str, zone: str, node: dict, workers: int) -> dict:
         "runtimeVersion": node["runtimeVersion"],
         "schedulingConfig": {"spot": node.get("spot", False)},
         "networkEndpoints": [
-            {"ipAddress": f"10.0.0.{i + 2}", "port": 8470} for i in range(workers)
+            {"ipAddress": f"10.0.0.{i + 2}", "port": 8470} for i in range(node["workers"])
         ],
     }
+
+
+def table(accelerator_type: str):
+    """The launcher's entry for ``accelerator_type`` (``None`` for a type it does not know)."""
+    if SCRIPTS not in sys.path:
+        sys.path.insert(0, SCRIPTS)
+    from tpulaunch.accelerators import accelerator
+    from tpulaunch.common import LaunchError
+
+    try:
+        return accelerator(accelerator_type)
+    except LaunchError:
+        return None
+
+
+def invalid_type(verb: str, accelerator_type: str):
+    fail(
+        f"ERROR: (gcloud.compute.tpus.{verb}) INVALID_ARGUMENT: accelerator type "
+        f"{accelerator_type!r} is not offered in this zone"
+    )
 
 
 def make_node(folder: str, state: dict, name: str, accelerator: str, version: str, spot: bool):
@@ -233,10 +322,19 @@ def make_node(folder: str, state: dict, name: str, accelerator: str, version: st
     # a deleted VM's disks are gone: keep the old folders aside for debugging
     if os.path.exists(base):
         os.replace(base, f"{base}.deleted-{time.time_ns()}")
-    for i in range(state["workers"]):
-        os.makedirs(worker_home(folder, name, i), exist_ok=True)
+    accel = table(accelerator)
+    workers = state["workers"] or accel.hosts
+    for i in range(workers):
+        os.makedirs(os.path.join(worker_home(folder, name, i), "dev"), exist_ok=True)
+        for chip in range(max(1, accel.chips // workers)):
+            open(os.path.join(worker_home(folder, name, i), "dev", f"accel{chip}"), "w").close()
     state["nodes"][name] = dict(
-        state="READY", acceleratorType=accelerator, runtimeVersion=version, spot=spot
+        state="READY",
+        acceleratorType=accelerator,
+        runtimeVersion=version,
+        spot=spot,
+        workers=workers,
+        devices_per_worker=max(1, accel.devices // workers),
     )
 
 
@@ -246,6 +344,10 @@ def gcloud(argv: list) -> int:
     try:
         alpha = bool(argv) and argv[0] == "alpha"
         args = argv[1:] if alpha else argv
+        if args[:2] == ["auth", "list"]:
+            return auth_list(folder, *parse(args[2:]))
+        if args[:2] == ["fake", "preempt"]:
+            return fake_preempt(folder, args[2:])
         if args[:2] != ["compute", "tpus"] or len(args) < 4:
             raise Usage(
                 f"this fake plays only `gcloud compute tpus tpu-vm|queued-resources ...`: {argv}"
@@ -276,6 +378,8 @@ def tpu_vm(folder: str, verb: str, positional: list, flags: dict) -> int:
                     f"ERROR: (gcloud.compute.tpus.tpu-vm.create) ALREADY_EXISTS: node {name} "
                     "already exists"
                 )
+            if table(flags.get("accelerator-type", "v2-8")) is None:
+                invalid_type("tpu-vm.create", flags["accelerator-type"])
             if state["capacity_failures"] > 0:
                 state["capacity_failures"] -= 1
                 save_state(folder, state)
@@ -300,7 +404,7 @@ def tpu_vm(folder: str, verb: str, positional: list, flags: dict) -> int:
         state = load_state(folder)
         if name not in state["nodes"]:
             not_found("tpu-vm", name, zone)
-        print(json.dumps(node_json(name, zone, state["nodes"][name], state["workers"]), indent=1))
+        print(json.dumps(node_json(name, zone, state["nodes"][name]), indent=1))
         return 0
     if verb == "delete":
         (name,) = positional
@@ -336,6 +440,7 @@ def workers_of(flag: str, count: int) -> list:
 
 
 def node_for_connection(state: dict, name: str, zone: str) -> dict:
+    """The node ``name`` if it is READY; else gcloud's error, as ssh / scp fail on it."""
     if name not in state["nodes"]:
         not_found("tpu-vm", name, zone)
     node = state["nodes"][name]
@@ -347,8 +452,9 @@ def node_for_connection(state: dict, name: str, zone: str) -> dict:
     return node
 
 
-def worker_environment(folder: str, state: dict, home: str, index: int) -> dict:
-    """A fresh VM's login environment, plus what the test gives worker ``index``."""
+def worker_environment(folder: str, state: dict, node: dict, home: str, index: int) -> dict:
+    """A fresh VM's login environment, JAX on CPU with the worker's devices, plus what the test
+    gives worker ``index``."""
     env = {
         "HOME": home,
         "USER": "tpu",
@@ -360,6 +466,7 @@ def worker_environment(folder: str, state: dict, home: str, index: int) -> dict:
         # where this fake worker's "TPU" lives (a test can hold it open) and libtpu's lock file
         "LBTRAIN_TPU_DEVICES": os.path.join(home, "dev", "accel*"),
         "LBTRAIN_LIBTPU_LOCKFILE": os.path.join(home, "tmp", "libtpu_lockfile"),
+        "XLA_FLAGS": f"--xla_force_host_platform_device_count={node['devices_per_worker']}",
     }
     env.update(state["worker_env"].get(str(index), {}))
     return env
@@ -368,7 +475,7 @@ def worker_environment(folder: str, state: dict, home: str, index: int) -> dict:
 def ssh(folder: str, state: dict, positional: list, flags: dict) -> int:
     (target,) = positional
     name = target.split("@")[-1]
-    node_for_connection(state, name, flags["zone"])
+    node = node_for_connection(state, name, flags["zone"])
     if "command" not in flags:
         raise Usage("this fake runs commands only: give --command")
     procs = []
@@ -382,14 +489,14 @@ def ssh(folder: str, state: dict, positional: list, flags: dict) -> int:
 
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, end_workers)
-    for w in workers_of(flags.get("worker", "0"), state["workers"]):
+    for w in workers_of(flags.get("worker", "0"), node["workers"]):
         home = worker_home(folder, name, w)
         procs.append(
             subprocess.Popen(
                 ["bash", "-c", flags["command"]],
                 cwd=home,
                 start_new_session=True,
-                env=worker_environment(folder, state, home, w),
+                env=worker_environment(folder, state, node, home, w),
             )
         )
     codes = [p.wait() for p in procs]
@@ -404,10 +511,11 @@ def remote_path(home: str, path: str) -> str:
 
 def scp(folder: str, state: dict, positional: list, flags: dict) -> int:
     *sources, dest = positional
-    workers = workers_of(flags.get("worker", "0"), state["workers"])
+    name = (dest if ":" in dest else sources[0]).partition(":")[0]
+    node = node_for_connection(state, name, flags["zone"])
+    workers = workers_of(flags.get("worker", "0"), node["workers"])
     if ":" in dest:  # upload
-        name, _, path = dest.partition(":")
-        node_for_connection(state, name, flags["zone"])
+        _, _, path = dest.partition(":")
         for w in workers:
             target = remote_path(worker_home(folder, name, w), path)
             for src in sources:
@@ -421,8 +529,7 @@ def scp(folder: str, state: dict, positional: list, flags: dict) -> int:
     if len(workers) != 1:
         raise Usage("copying from a TPU VM takes one --worker")
     for src in sources:
-        name, _, path = src.partition(":")
-        node_for_connection(state, name, flags["zone"])
+        _, _, path = src.partition(":")
         origin = remote_path(worker_home(folder, name, workers[0]), path)
         if not os.path.isfile(origin):
             fail(f"scp: {path}: No such file or directory")
@@ -456,6 +563,8 @@ def queued(folder: str, verb: str, positional: list, flags: dict) -> int:
             for required in ("node-id", "runtime-version", "accelerator-type"):
                 if required not in flags:
                     raise Usage(f"argument --{required} is required")
+            if table(flags["accelerator-type"]) is None:
+                invalid_type("queued-resources.create", flags["accelerator-type"])
             steps = list(state["queued_states"])
             qrs[name] = dict(
                 state=steps[0],
@@ -496,6 +605,50 @@ def queued(folder: str, verb: str, positional: list, flags: dict) -> int:
             print(f"Deleted queued resource [{name}].")
             return 0
     raise Usage(f"unknown command queued-resources {verb}")
+
+
+def auth_list(folder: str, positional: list, flags: dict) -> int:
+    """``gcloud auth list``: the credentialed accounts, in gcloud's three usual formats."""
+    if positional or set(flags) - {"filter", "format"}:
+        raise Usage(f"auth list takes --filter and --format only: {positional} {flags}")
+    accounts = load_state(folder)["accounts"]
+    if flags.get("filter") == "status:ACTIVE":
+        accounts = [a for a in accounts if a["status"] == "ACTIVE"]
+    elif "filter" in flags:
+        raise Usage(f"this fake filters on status:ACTIVE only: {flags['filter']}")
+    fmt = flags.get("format", "")
+    if fmt == "json":
+        print(json.dumps(accounts, indent=2))
+    elif fmt == "value(account)":
+        for a in accounts:
+            print(a["account"])
+    elif fmt:
+        raise Usage(f"this fake prints auth list as json or value(account) only: {fmt}")
+    elif accounts:
+        print("Credentialed Accounts\nACTIVE  ACCOUNT")
+        for a in accounts:
+            print(f"{'*' if a['status'] == 'ACTIVE' else ' ':8}{a['account']}")
+    if not accounts:
+        sys.stderr.write(
+            "No credentialed accounts.\n\nTo login, run:\n  $ gcloud auth login `ACCOUNT`\n"
+        )
+    return 0
+
+
+def fake_preempt(folder: str, argv: list) -> int:
+    """``gcloud fake preempt NAME --zone=Z [--grace=SECONDS]``: the test hook (no real gcloud has
+    this command) that preempts node NAME."""
+    flags = dict(a[2:].split("=", 1) for a in argv if a.startswith("--"))
+    positional = [a for a in argv if not a.startswith("--")]
+    if len(positional) != 1 or "zone" not in flags or set(flags) - {"zone", "grace"}:
+        raise Usage(f"usage: gcloud fake preempt NAME --zone=ZONE [--grace=SECONDS]: {argv}")
+    (name,) = positional
+    grace = float(flags.get("grace", 30))
+    if name not in load_state(folder)["nodes"]:
+        not_found("tpu-vm", name, flags["zone"])
+    preempt(folder, name, grace)
+    print(f"Preempted tpu [{name}].")
+    return 0
 
 
 # ---- what the workers call to install ------------------------------------------------------------

@@ -52,11 +52,12 @@ def free_port() -> int:
 
 @pytest.fixture
 def fake(tmp_path):
-    """A fake project whose slices have 2 workers and run the stand-in program."""
+    """A fake project whose slices have 2 workers, whatever their type, and run the stand-in
+    program."""
     stub = tmp_path / "stub.py"
     stub.write_text(STUB)
     workers = {str(i): {"LBTRAIN_PROCESS_ID": str(i)} for i in range(2)}
-    fs = FakeSlice(str(tmp_path / "slice"), program=str(stub), worker_env=workers)
+    fs = FakeSlice(str(tmp_path / "slice"), workers=2, program=str(stub), worker_env=workers)
     (tmp_path / "tmp").mkdir()
     fs.cwd = str(tmp_path)
     fs.launcher_env = dict(fs.env, TMPDIR=str(tmp_path / "tmp"))
@@ -165,6 +166,7 @@ def test_help_describes_the_flags():
         "--dry-run",
         "--version",
         "--python",
+        "--json",
         "docs/cloud_tpu.md",
     ):
         assert flag in proc.stdout
@@ -281,8 +283,14 @@ def test_each_launch_has_its_own_archive():
         ),
         (
             ["--name", "lb", "--zone", "z", "--accelerator", "v9-8", "--create"],
-            "pass --version=IMAGE",
+            "--accelerator: unknown TPU accelerator type 'v9-8': the types are v2-N,",
         ),
+        (
+            ["--name", "lb", "--zone", "z", "--accelerator", "v4-12", "--version", "x", "--create"],
+            "'v4-12' is not a v4 slice size Cloud TPU offers",
+        ),
+        (["--name", "lb", "--zone", "z", "--json"], "--json goes with --status alone"),
+        (["--name", "lb", "--zone", "z", "--status", "--json", "--stop"], "--json goes with"),
     ],
 )
 def test_usage_errors_are_one_line(flags, message):
@@ -354,11 +362,13 @@ def test_happy_path_runs_lbtrain_on_two_workers_and_deletes(tmp_path):
         ["git", "-C", ROOT, "rev-parse", "HEAD"], capture_output=True, text=True
     ).stdout.strip()
     assert provenance["code"] == {"commit": head, "dirty": False, "source": "git archive"}
+    # the fake's lbtrain is `python -m lbtrain.main` in the launch's source (the real entry point
+    # imports the same commit from ~/lbtrain/env/src)
     assert re.search(
         r"/workers/lb/w0/lbtrain/launches/[^/]+/src/lbtrain/main.py$", provenance["command"][0]
     )
     # installed with uv: a managed Python 3.12 and jax[tpu] + lbtrain[offline,gcs] from the unpacked
-    # source
+    # source, in the environment every launch of that commit shares
     assert [c[0] for c in fs.calls("curl")] == ["-LsSf"] * 2
     venv = [c for c in fs.calls("uv") if c[0] == "venv"]
     assert len(venv) == 2 and all(
@@ -366,7 +376,7 @@ def test_happy_path_runs_lbtrain_on_two_workers_and_deletes(tmp_path):
     )
     pip = [c for c in fs.calls("uv") if c[:2] == ["pip", "install"]]
     assert all(
-        "jax[tpu]" in c and re.search(r"/launches/[^/]+/src\[offline,gcs\]$", c[-1]) for c in pip
+        "jax[tpu]" in c and re.search(r"/lbtrain/env/src\[offline,gcs\]$", c[-1]) for c in pip
     )
     assert "deleted TPU VM lb" in proc.stdout
 
@@ -589,7 +599,7 @@ def test_a_failed_worker_fails_the_follow(fake):
 def test_stale_tpu_holders_are_ended_before_a_run(fake):
     ok(launch(fake, "--create"))
     home = fake.home("lb", 0)
-    os.makedirs(os.path.join(home, "dev"))
+    os.makedirs(os.path.join(home, "dev"), exist_ok=True)  # the fake's chips are there
     os.makedirs(os.path.join(home, "tmp"))
     device = os.path.join(home, "dev", "accel0")
     open(device, "w").close()

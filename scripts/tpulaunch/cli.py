@@ -1,5 +1,5 @@
 """The launcher's command line: its flags (tpulaunch.flags), the options that must go together,
-and the runtime image chosen from --accelerator."""
+and the runtime image chosen from --accelerator (tpulaunch.accelerators)."""
 
 from __future__ import annotations
 
@@ -7,31 +7,9 @@ import argparse
 import re
 import sys
 
+from .accelerators import accelerator
 from .common import LaunchError
 from .flags import add_flags
-
-# Cloud TPU's "TPU software versions" page: the runtime image for JAX per TPU generation.
-IMAGES = {
-    "v2": "tpu-ubuntu2204-base",
-    "v3": "tpu-ubuntu2204-base",
-    "v4": "tpu-ubuntu2204-base",
-    "v5litepod": "v2-alpha-tpuv5-lite",  # v5e
-    "v5e": "v2-alpha-tpuv5-lite",
-    "v5p": "v2-alpha-tpuv5",
-    "v6e": "v2-alpha-tpuv6e",
-}
-
-
-def runtime_image(accelerator: str) -> str:
-    """The TPU VM runtime image for an accelerator type (``v4-32`` -> its family's
-    image); raises :class:`LaunchError` for a family not in ``IMAGES``."""
-    family = accelerator.lower().split("-")[0]
-    if family not in IMAGES:
-        raise LaunchError(
-            f"no runtime image known for --accelerator={accelerator}: pass --version=IMAGE "
-            "(the images a zone offers: gcloud compute tpus tpu-vm versions list --zone=ZONE)"
-        )
-    return IMAGES[family]
 
 
 def parse_args(argv: list) -> argparse.Namespace:
@@ -49,11 +27,12 @@ def parse_args(argv: list) -> argparse.Namespace:
         return opts
     check_slice_flags(p, opts)
     check_run_flags(p, opts)
+    try:
+        image = accelerator(opts.accelerator).image
+    except LaunchError as e:
+        usage(p, f"--accelerator: {e}")
     if opts.version is None:
-        try:
-            opts.version = runtime_image(opts.accelerator)
-        except LaunchError as e:
-            usage(p, str(e))
+        opts.version = image
     return opts
 
 
@@ -142,6 +121,10 @@ def check_run_flags(p: argparse.ArgumentParser, opts: argparse.Namespace):
         opts.stop,
         opts.delete,
     ]
+    if opts.json and (not opts.status or opts.lbtrain_args or sum(map(bool, actions)) > 1):
+        usage(
+            p, "--json goes with --status alone (it prints one JSON object and does nothing else)"
+        )
     if not opts.lbtrain_args and not any(actions):
         usage(
             p,

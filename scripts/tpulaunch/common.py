@@ -19,6 +19,8 @@ PROG = "tpu_launch"
 # Exit codes of the worker helper that the launcher tells apart.
 LIVE_RUN = 3  # a run is live on the worker: nothing was started
 HELPER_MISSING = 127  # bash could not find the helper: nothing was ever launched on that worker
+# how the helper's `status --json` line starts (the JSON object follows a space)
+STATUS_MARKER = "lbtrain-status"
 
 
 class LaunchError(Exception):

@@ -158,7 +158,16 @@ def add_run_flags(p: argparse.ArgumentParser):
         "(default DIR: tpu_logs/NAME/LAUNCH_ID)",
     )
     act.add_argument(
-        "--status", action="store_true", help="print the latest launch's state on every worker"
+        "--status",
+        action="store_true",
+        help="print the live (else the latest) launch's state and the installed commit on every "
+        "worker",
+    )
+    act.add_argument(
+        "--json",
+        action="store_true",
+        help="with --status and nothing else: print one JSON object for programs (the slice's "
+        "state and type, the live or latest launch, the installed commit; docs/cloud_tpu.md)",
     )
     act.add_argument(
         "--stop",

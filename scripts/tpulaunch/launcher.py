@@ -9,16 +9,20 @@ import signal
 from .common import HELPER_MISSING, Interrupted, LaunchError
 from .provision import Provision
 from .ship import Ship
+from .status import Status
 from .watch import Watch
 
 
-class Launcher(Provision, Ship, Watch):
-    """One run of the launcher: the slice (Provision, TpuVm), the code (Ship), the run (Watch)."""
+class Launcher(Provision, Ship, Watch, Status):
+    """One run of the launcher: the slice (Provision, TpuVm), the code (Ship), the run (Watch),
+    the status for programs (Status)."""
 
     def main(self) -> int:
         """Do what the flags ask, in order (slice, stop, launch, status, follow, logs, delete);
         returns the exit code."""
         o = self.o
+        if o.json:  # --status --json alone: read the slice, change nothing
+            return self.print_status()
         state = self.provision(need_ready=not self._delete_only())
         status = 0
         launched = None

@@ -8,6 +8,7 @@ import shlex
 import sys
 import time
 
+from .accelerators import accelerator
 from .common import LaunchError, last_line
 from .tpuvm import TpuVm, failure_detail, queued_state
 
@@ -38,6 +39,14 @@ NODE_COMING = ("CREATING", "STARTING", "RESTARTING", "REPAIRING")
 CAPACITY = re.compile(
     r"RESOURCE_EXHAUSTED|no more capacity|insufficient capacity|stockout|\bcode\W+8\b", re.I
 )
+
+
+def hosts_of(accelerator_type: str) -> int:
+    """The TPU VMs of ``accelerator_type`` by the table; 1 for a type not in it."""
+    try:
+        return accelerator(accelerator_type).hosts
+    except LaunchError:
+        return 1
 
 
 class Provision(TpuVm):
@@ -75,8 +84,8 @@ class Provision(TpuVm):
             raise LaunchError(
                 f"TPU VM {self.o.name} is {state}, not READY: wait, or check the Cloud console"
             )
-        self.workers = max(1, len(node.get("networkEndpoints") or []))
         accel = node.get("acceleratorType", "")
+        self.workers = len(node.get("networkEndpoints") or []) or hosts_of(accel)
         if accel and (self.o.create or self.o.queued) and accel != self.o.accelerator:
             self.say(
                 f"warning: {self.o.name} is a {accel}, not --accelerator={self.o.accelerator}",

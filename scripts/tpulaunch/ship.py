@@ -2,7 +2,8 @@
 next to this file), copied to every worker, unpacked and installed there; then the run started.
 
 The helper is bash (the TPU images have it; their Python is too old to matter). The launcher writes
-it next to the code archive; a launch installs it as ~/lbtrain/bin/lbtrain-worker."""
+it next to the code archive; a launch installs it as ~/lbtrain/bin/lbtrain-worker. The environment
+(~/lbtrain/env) is installed once per commit: a launch of the commit it holds reuses it."""
 
 from __future__ import annotations
 
@@ -112,11 +113,14 @@ class Ship(Base):
             raise LaunchError(f"copying the code to {self.o.name}'s workers failed (see above)")
 
     def _install(self):
-        """Unpack and install on every worker (the helper's setup); refused while a run is live."""
+        """Unpack and install on every worker (the helper's setup), where ~/lbtrain/env does not
+        hold this commit installed with the same Python, JAX and extras already; refused while a
+        run is live."""
         self.say(
-            f"launch {self.launch_id}: installing on every worker (Python {self.o.python} from uv, "
-            f"{self.o.jax}, lbtrain[{self.o.extras}]); each worker's log: "
-            f"~/lbtrain/launches/{self.launch_id}/install.log"
+            f"launch {self.launch_id}: setting up every worker: the install (Python "
+            f"{self.o.python} from uv, {self.o.jax}, lbtrain[{self.o.extras}] into ~/lbtrain/env) "
+            f"is skipped where it holds commit {self.commit[:12]} with these already; each "
+            f"worker's log: ~/lbtrain/launches/{self.launch_id}/install.log"
         )
         setup = 'bash "$HOME/lbtrain-{id}-worker.sh" setup {args}'.format(
             id=self.launch_id,
@@ -124,6 +128,7 @@ class Ship(Base):
                 quote_inner(w)
                 for w in (
                     self.launch_id,
+                    self.commit,
                     self.o.python,
                     self.o.jax,
                     self.o.extras,

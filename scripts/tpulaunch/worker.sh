@@ -1,21 +1,28 @@
 #!/usr/bin/env bash
 # lbtrain worker helper, installed by scripts/tpu_launch.py on every TPU VM worker.
-#   setup ID PYTHON JAX EXTRAS KEEP
-#       unpack ~/lbtrain-ID.tar.gz into ~/lbtrain/launches/ID/src, install uv, a Python of its own
-#       and lbtrain into .../ID/venv (log: .../ID/install.log)
+#   setup ID COMMIT PYTHON JAX EXTRAS KEEP
+#       unpack ~/lbtrain-ID.tar.gz (the code at COMMIT) into ~/lbtrain/launches/ID/src; install uv,
+#       a Python of its own and lbtrain into ~/lbtrain/env, unless it holds COMMIT installed with
+#       the same PYTHON, JAX and EXTRAS already (log: .../ID/install.log)
 #   start ID [NAME=VALUE]... -- ARGS
 #       end stale TPU holders, start `lbtrain ARGS` detached (log: .../ID/run.log)
 #   follow ID|latest
 #       print the run's log until it ends; exit with the run's exit code
 #   stop GRACE
 #       SIGTERM to the live run's process group, SIGKILL after GRACE seconds
-#   wait | status | id
-#       wait for no live run | print the latest launch's state | print its id
-# A run is live while the process it started (pid and start time in .../ID/pid) runs and has not
-# written .../ID/exit_code. Exit 3 = a run is live (nothing was started).
+#   wait | status [--json] | id
+#       wait for no live run | print the live (else latest) launch's state, --json: as one line
+#       "lbtrain-status {...}" | print the latest launch's id
+# The record of a launch is its folder: launch_id, commit (setup), workdir (start), pid (its start),
+# exit_code (its end). A run is live while the process it started (pid and start time in
+# .../ID/pid) runs and has not written .../ID/exit_code. Exit 3 = a run is live (nothing was
+# started). ~/lbtrain/env is the environment every launch runs in: src, venv, and spec and commit,
+# written once its install succeeded.
 set -uo pipefail
 ROOT="$HOME/lbtrain"
 LAUNCHES="$ROOT/launches"
+INSTALL="$ROOT/env"
+STATUS_MARKER="lbtrain-status"
 # Where the TPU chips appear (v2-v4: /dev/accel*; v5e and later: /dev/vfio/N) and libtpu's lock
 # file.
 TPU_DEVICES="${LBTRAIN_TPU_DEVICES:-/dev/accel* /dev/vfio/[0-9]*}"
@@ -26,6 +33,20 @@ SUDO=""
 if [ "$(id -u)" != 0 ] && sudo -n true 2>/dev/null; then SUDO="sudo -n"; fi
 
 say() { printf '%s: %s\n' "$HOST" "$*"; }
+
+json_str() {  # json_str VALUE: VALUE as a JSON string, null when empty
+  local s=$1
+  [ -n "$s" ] || { printf null; return; }
+  s=${s//\\/\\\\}
+  s=${s//\"/\\\"}
+  s=${s//[$'\001'-$'\037']/ }  # control characters (none expected in ids, commits, paths)
+  printf '"%s"' "$s"
+}
+
+# the commit of the environment in ~/lbtrain/env, if its install succeeded (written last)
+installed_commit() {
+  [ -x "$INSTALL/venv/bin/lbtrain" ] && cat "$INSTALL/commit" 2>/dev/null
+}
 
 stat_field() {  # stat_field PID N: field N of /proc/PID/stat (field 2, the name, may hold spaces)
   local stat fields
@@ -115,9 +136,9 @@ install_env() {  # install_env DIR PYTHON JAX EXTRAS
 print("python", sys.version.split()[0], "jax", v("jax"), "lbtrain", v("lbtrain"))'
 }
 
-cmd_setup() {
-  local id=$1 python=$2 jax=$3 extras=$4 keep=$5
-  local dir="$LAUNCHES/$id" version rc
+cmd_setup() {  # setup ID COMMIT PYTHON JAX EXTRAS KEEP
+  local id=$1 commit=$2 python=$3 jax=$4 extras=$5 keep=$6
+  local dir="$LAUNCHES/$id" spec had why rc
   refuse_if_live "$id"
   mkdir -p "$dir/src" "$ROOT/bin" || exit 1
   tar -xzf "$HOME/lbtrain-$id.tar.gz" -C "$dir/src" || {
@@ -131,17 +152,39 @@ cmd_setup() {
     && mv -f "$ROOT/bin/.lbtrain-worker.$id" "$ROOT/bin/lbtrain-worker"
   mv -f "$HOME/lbtrain-$id-worker.sh" "$dir/worker.sh"
   printf '%s\n' "$id" >"$dir/launch_id"
+  printf '%s\n' "$commit" >"$dir/commit"
   ln -sfn "launches/$id" "$ROOT/latest"
   prune "$keep" "$id"
-  install_env "$dir" "$python" "$jax" "$extras" >"$dir/install.log" 2>&1
+  # a launch of the commit already installed, with the same Python, JAX and extras, reuses it
+  spec="python $python, $jax, lbtrain[$extras]"
+  had=$(installed_commit)
+  if [ "$had" = "$commit" ] && [ "$(cat "$INSTALL/spec" 2>/dev/null)" = "$spec" ]; then
+    echo "install skipped: ~/lbtrain/env holds commit $commit ($spec)" >"$dir/install.log"
+    say "launch $id: install skipped: ~/lbtrain/env holds this commit (${commit:0:12})" \
+      "with the same Python, JAX and extras ($(cat "$INSTALL/versions" 2>/dev/null))"
+    return 0
+  fi
+  if [ -z "$had" ]; then why="none installed"
+  elif [ "$had" != "$commit" ]; then why="it held commit ${had:0:12}"
+  else why="it held $(cat "$INSTALL/spec" 2>/dev/null)"
+  fi
+  say "launch $id: installing commit ${commit:0:12} into ~/lbtrain/env ($why)"
+  # no commit file until the install succeeds: a half-built environment is never reused
+  rm -rf "$INSTALL" && mkdir -p "$INSTALL/src" && cp -a "$dir/src/." "$INSTALL/src/" || {
+    say "could not prepare ~/lbtrain/env"
+    exit 1
+  }
+  install_env "$INSTALL" "$python" "$jax" "$extras" >"$dir/install.log" 2>&1
   rc=$?
   if [ "$rc" != 0 ]; then
     say "install failed (exit $rc); the end of ~/lbtrain/launches/$id/install.log:"
     tail -n 15 "$dir/install.log" | sed "s/^/$HOST:   /"
     exit 1
   fi
-  version=$(tail -n 1 "$dir/install.log")
-  say "installed launch $id ($version) in ~/lbtrain/launches/$id/venv"
+  tail -n 1 "$dir/install.log" >"$INSTALL/versions"
+  printf '%s\n' "$spec" >"$INSTALL/spec"
+  printf '%s\n' "$commit" >"$INSTALL/commit"
+  say "launch $id: installed ($(cat "$INSTALL/versions")) in ~/lbtrain/env"
 }
 
 # end processes holding the TPU that are not a live run, and remove libtpu's stale lock
@@ -177,16 +220,24 @@ clear_stale() {
 }
 
 cmd_start() {  # start ID [NAME=VALUE]... -- ARGS...
-  local id=$1 dir="$LAUNCHES/$1" envs=() q
+  local id=$1 dir="$LAUNCHES/$1" envs=() q prev="" workdir=""
   shift
   while [ $# -gt 0 ] && [ "$1" != -- ]; do envs+=("$1"); shift; done
   [ $# -gt 0 ] && shift
-  [ -x "$dir/venv/bin/lbtrain" ] || {
-    say "launch $id is not installed here ($dir/venv/bin/lbtrain is missing)"
+  # another launch's setup may have installed another commit since this one's
+  [ -n "$(installed_commit)" ] && [ "$(installed_commit)" = "$(cat "$dir/commit" 2>/dev/null)" ] || {
+    say "launch $id is not installed here (~/lbtrain/env holds commit" \
+      "$(installed_commit || echo none), not $(cat "$dir/commit" 2>/dev/null))"
     exit 1
   }
   refuse_if_live
   clear_stale
+  for q in "$@"; do  # the run's workdir, for status
+    case "$q" in --workdir=* | -workdir=*) workdir=${q#*=} ;; esac
+    case "$prev" in --workdir | -workdir) workdir=$q ;; esac
+    prev=$q
+  done
+  printf '%s\n' "$workdir" >"$dir/workdir"
   {
     echo '#!/usr/bin/env bash'
     echo "# launch $id, written by the lbtrain worker helper; started detached (setsid nohup) so" \
@@ -205,7 +256,7 @@ cmd_start() {  # start ID [NAME=VALUE]... -- ARGS...
       'lbtrain has ended'
     echo "trap 'echo \"== \$(date -u +%FT%TZ): signal received, lbtrain is stopping ==\"" \
       ">>\"\$log\"' TERM INT HUP"
-    echo "$(printf '%q' "$dir/venv/bin/lbtrain")"' "${args[@]}" >>"$log" 2>&1 </dev/null'
+    echo "$(printf '%q' "$INSTALL/venv/bin/lbtrain")"' "${args[@]}" >>"$log" 2>&1 </dev/null'
     echo 'rc=$?'
     echo 'echo "== $(date -u +%FT%TZ): lbtrain exited with $rc ==" >>"$log"'
     echo "echo \"\$rc\" >$(printf '%q' "$dir/exit_code.tmp")" \
@@ -273,17 +324,55 @@ cmd_wait() {
   say "no live run"
 }
 
-cmd_status() {
-  local dir id state
-  dir=$(launch_dir latest) || exit 0
-  id=${dir##*/}
-  if is_live "$dir"; then state="running (pid $(cut -d' ' -f1 "$dir/pid"))"
-  elif [ -f "$dir/exit_code" ]; then state="ended: exit $(cat "$dir/exit_code")"
-  elif [ -f "$dir/pid" ]; then state="ended without an exit code (killed)"
-  elif [ -x "$dir/venv/bin/lbtrain" ]; then state="installed, not started"
-  else state="not installed (see ~/lbtrain/launches/$id/install.log)"
+launch_state() {  # launch_state DIR: running | ended | killed | installed | not installed
+  if is_live "$1"; then echo running
+  elif [ -f "$1/exit_code" ]; then echo ended
+  elif [ -f "$1/pid" ]; then echo killed
+  elif [ -n "$(installed_commit)" ] && [ "$(installed_commit)" = "$(cat "$1/commit" 2>/dev/null)" ]
+  then echo installed
+  else echo "not installed"
   fi
-  say "launch $id: $state; log ~/lbtrain/launches/$id/run.log"
+}
+
+cmd_status() {  # status [--json]: the live launch, else the latest
+  local dir="" id state live
+  live=$(live_launches | tail -n 1)
+  if [ -n "$live" ]; then dir="$LAUNCHES/$live"
+  else dir=$(launch_dir latest 2>/dev/null) || dir=""
+  fi
+  if [ "${1:-}" = --json ]; then status_json "$dir"; return; fi
+  [ -n "$dir" ] || { say "no launch on this worker"; return; }
+  id=${dir##*/}
+  state=$(launch_state "$dir")
+  case "$state" in
+    running) state="running (pid $(cut -d' ' -f1 "$dir/pid"))" ;;
+    ended) state="ended: exit $(cat "$dir/exit_code")" ;;
+    killed) state="ended without an exit code (killed)" ;;
+    installed) state="installed, not started" ;;
+    *) state="not installed (see ~/lbtrain/launches/$id/install.log)" ;;
+  esac
+  say "launch $id: $state; log ~/lbtrain/launches/$id/run.log;" \
+    "~/lbtrain/env: commit $(installed_commit || echo none)"
+}
+
+status_json() {  # status_json DIR: one line for the launcher, the marker and a JSON object
+  local dir=$1 id="" state="" pid="" rc="" commit="" workdir="" live=false line
+  if [ -n "$dir" ]; then
+    id=${dir##*/}
+    state=$(launch_state "$dir")
+    if [ "$state" = running ]; then live=true; read -r pid _ <"$dir/pid"; fi
+    rc=$(cat "$dir/exit_code" 2>/dev/null)
+    commit=$(cat "$dir/commit" 2>/dev/null)
+    workdir=$(cat "$dir/workdir" 2>/dev/null)
+  fi
+  case "$pid" in '' | *[!0-9]*) pid=null ;; esac
+  case "$rc" in '' | *[!0-9]*) rc=null ;; esac
+  line="{\"host\":$(json_str "$HOST"),\"live\":$live,\"launch_id\":$(json_str "$id"),"
+  line+="\"state\":$(json_str "$state"),\"pid\":$pid,\"exit_code\":$rc,"
+  line+="\"commit\":$(json_str "$commit"),\"workdir\":$(json_str "$workdir"),"
+  line+="\"installed_commit\":$(json_str "$(installed_commit)")}"
+  # one write: the workers of a slice answer on one stream
+  printf '%s %s\n' "$STATUS_MARKER" "$line"
 }
 
 verb=${1:-}
@@ -294,7 +383,7 @@ case "$verb" in
   follow) cmd_follow "${1:-latest}" ;;
   stop) cmd_stop "$@" ;;
   wait) cmd_wait ;;
-  status) cmd_status ;;
+  status) cmd_status "$@" ;;
   id) dir=$(launch_dir latest) || exit 2; printf '%s\n' "${dir##*/}" ;;
   *) echo "usage: lbtrain-worker setup|start|follow|stop|wait|status|id ..." >&2; exit 2 ;;
 esac
