@@ -116,6 +116,12 @@ _PRICE = flags.DEFINE_float("price_per_chip_hour", None, "Price of one chip-hour
 _MAX_CHIP_HOURS = flags.DEFINE_float(
     "max_chip_hours", None, "Refuse to start a plan that may take more chip-hours than this."
 )
+_PUBLISH = flags.DEFINE_bool(
+    "publish",
+    False,
+    "Only publish the runs that have ended under --runs_dir (local or gs://, whatever trained "
+    "them) and render; no training.",
+)
 _EXTRA = flags.DEFINE_multi_string(
     "extra", [], "Extra --config.x=y flags for every run (e.g. num_devices)."
 )
@@ -215,6 +221,23 @@ def plan_cost(exp, plan):
     )
 
 
+def publish_ended(exp, plan, runs_dir: str, results_dir: str) -> None:
+    """Publish every run of the plan (and of its tuned column, as it unfolds) that has ended in
+    ``runs_dir``."""
+    seen: set[str] = set()
+    while True:
+        known = runfiles.all_runs(exp, plan, runfiles.finals(exp, results_dir))
+        new = [r for r in known if r.name not in seen]
+        if not new:
+            return
+        for r in new:
+            seen.add(r.name)
+            if not runfiles.published(r.name, results_dir) and runfiles.publish(
+                r.name, runs_dir, results_dir
+            ):
+                print(f"{r.name}: published", flush=True)
+
+
 def main(argv):
     del argv
     local = _LOCAL.value
@@ -252,7 +275,9 @@ def main(argv):
         refused = estimate.refusal(cost, _MAX_CHIP_HOURS.value)
         if refused:
             raise SystemExit(f"reproduce: --max_chip_hours: the plan may take {refused}")
-    if not _RENDER.value:
+    if _PUBLISH.value:
+        publish_ended(exp, plan, runs_dir, results_dir)
+    elif not _RENDER.value:
         executor = make_executor()
         sweep = scheduler.Sweep(
             exp, plan, executor, runs_dir, results_dir, _ONLY.value, extra_flags(), _JOBS.value

@@ -131,3 +131,62 @@ def test_a_diverged_run_is_a_result_and_a_run_stopped_by_a_held_lock_is_retried(
     state = json.loads((runs / "sweep.json").read_text())["runs"]
     assert state["held"]["attempts"] == 2 and state["diverges"]["attempts"] == 1
     assert sorted(os.listdir(results / "ends_local" / "runs")) == ["diverges", "held"]
+
+
+PUBLISHED = textwrap.dedent(
+    """
+    from experiments.common import Experiment, Plan, sweep
+
+    EXPERIMENT = Experiment(
+        name="remote", config="configs/mnist_lstm.py", metric="accuracy", split="eval",
+        direction="max", claim="a claim", tolerance=0.05, full=Plan((), "none"),
+        local=Plan(sweep(16, (1, 4), ("legw",), "runlocal=True", seeds=(0, 1), sensitivity=(),
+                         noise_overrides=None), "runlocal"),
+    )
+    """
+)
+
+
+def test_publish_reads_the_runs_a_bucket_holds_whatever_trained_them(tmp_path, gcs):
+    """``--publish``: the runs that ended under a gs:// runs_dir are copied out byte for byte
+    (finished and diverged alike), a run without an outcome is not, and the page is rendered."""
+    import fake_runs
+
+    exp = tmp_path / "remote.py"
+    exp.write_text(PUBLISHED)
+    made = tmp_path / "made"
+    fake_runs.fake_run(made, "b16_base_s0", [0.5, 0.9], 16)
+    fake_runs.fake_run(made, "b64_legw_s0", [0.3], 64, failure="lbtrain: error: non-finite loss")
+    fake_runs.fake_run(made, "b64_legw_s1", [0.4], 64)
+    (made / "runs" / "b64_legw_s1" / "results.json").unlink()  # still running: no outcome
+    runs = f"{gcs.root}/runs"
+    for d in (made / "runs").iterdir():
+        for f in d.iterdir():
+            rundir.write_bytes(f"{runs}/{d.name}/{f.name}", f.read_bytes())
+    results = tmp_path / "results"
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "scripts/reproduce.py",
+            f"--experiment={exp}",
+            "--local",
+            f"--runs_dir={runs}",
+            f"--results={results}",
+            "--publish",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, **gcs.env},
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    published = results / "remote_local" / "runs"
+    assert sorted(os.listdir(published)) == ["b16_base_s0", "b64_legw_s0"]
+    for name in ("b16_base_s0", "b64_legw_s0"):
+        for f in (made / "runs" / name).iterdir():
+            assert (published / name / f.name).read_bytes() == f.read_bytes()
+    assert "b16_base_s0: published" in proc.stdout and "b64_legw_s1" not in proc.stdout
+    md = (results / "remote_local.md").read_text()
+    assert "stopped: non-finite loss" in md
+    assert not (tmp_path / "runs").exists()  # nothing trained here
