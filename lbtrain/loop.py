@@ -235,16 +235,17 @@ def train(run, workdir: str, lock=None) -> dict[str, Any]:
         s = _Session(run, workdir, lock)
         try:
             s.resume()
-            with jax.set_mesh(run.mesh):
-                finished = _iterate(s, preemption)
-                if finished and (not s.history or s.history[-1]["step"] != s.plan.total_steps):
-                    # resumed a finished run: its final metrics
-                    s.evaluate(s.plan.total_steps, again=True)
-        except DivergedError as e:
+            try:
+                with jax.set_mesh(run.mesh):
+                    finished = _iterate(s, preemption)
+                    if finished and (not s.history or s.history[-1]["step"] != s.plan.total_steps):
+                        # resumed a finished run: its final metrics
+                        s.evaluate(s.plan.total_steps, again=True)
+            finally:
+                s.close()
+        except DivergedError as e:  # from the restore (a non-finite checkpoint) or training
             _record_failure(s, e)
             raise
-        finally:
-            s.close()
         step, total = int(s.state.step), s.plan.total_steps
         if not finished:
             if s.writer_enabled:
