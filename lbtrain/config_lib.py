@@ -162,6 +162,8 @@ PRNG_IMPLS = ("threefry2x32", "rbg", "unsafe_rbg")
 DEFAULT_PRNG_IMPL = PRNG_IMPLS[0]
 # Fields added after runs were made: a saved config without one ran with this value.
 ADDED_FIELDS = {"prng_impl": DEFAULT_PRNG_IMPL}
+# Fields renamed after runs were made: a saved config's old name -> the name it has now.
+RENAMED_FIELDS = {"data.data_dir": "data.dir"}
 
 
 def _flatten(d: dict, prefix: str = "") -> dict:
@@ -176,7 +178,8 @@ def _flatten(d: dict, prefix: str = "") -> dict:
 
 def resume_conflicts(saved: dict, new: dict) -> list[str]:
     """``key: old -> new`` for every field that differs and would change the run."""
-    a, b = {**ADDED_FIELDS, **_flatten(saved)}, _flatten(new)
+    saved = {RENAMED_FIELDS.get(k, k): v for k, v in _flatten(saved).items()}
+    a, b = {**ADDED_FIELDS, **saved}, _flatten(new)
     keys = sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k) and k not in RESUMABLE_CHANGES)
     return [f"{k}: {a.get(k)!r} -> {b.get(k)!r}" for k in keys]
 

@@ -105,6 +105,33 @@ def per_device_batch(global_batch: int, mesh: Mesh, what: str = "batch_size") ->
     return global_batch // n
 
 
+def padded_batch(global_batch: int, mesh: Mesh, what: str = "eval_batch_size") -> int:
+    """The rows a step over ``global_batch`` real rows takes on ``mesh``: the next multiple of the
+    devices. Each process pads its own share (:func:`pad_rows`), so the real rows must split over
+    the processes; raises :class:`ShardingError` naming ``what`` (the config key) if not."""
+    processes = jax.process_count()
+    if global_batch % processes:
+        raise ShardingError(
+            f"{what}={global_batch} does not split over the {processes} processes: use a "
+            f"multiple of {processes}"
+        )
+    return -(-global_batch // mesh.size) * mesh.size
+
+
+def pad_rows(local_batch: dict[str, np.ndarray], rows: int) -> dict[str, np.ndarray]:
+    """``local_batch`` grown to ``rows`` rows with copies of its last row, ``weight`` 0 on them (a
+    batch without ``weight`` gets ones on its real rows): every metric weighs them out. Copies of a
+    real row, not zeros, keep the padded rows' values finite (a sentence of padding attends to
+    nothing), and 0 x NaN would poison the sums."""
+    n = len(next(iter(local_batch.values())))
+    if n == rows:
+        return local_batch
+    batch = {"weight": np.ones((n,), np.float32), **local_batch}
+    out = {k: np.concatenate([v, np.repeat(v[-1:], rows - n, axis=0)]) for k, v in batch.items()}
+    out["weight"][n:] = 0
+    return out
+
+
 def batch_sharding(mesh: Mesh) -> NamedSharding:
     """Arrays split along their first axis over the mesh's ``'data'`` axis."""
     return NamedSharding(mesh, P("data"))

@@ -33,7 +33,8 @@ class Plan:
     per_device_batch: int
     accum_steps: int  # micro-batches per update (gradient accumulation inside the step)
     noise_scale: bool  # log the gradient noise scale from the micro-batches
-    eval_batch: int
+    eval_batch: int  # real rows of an eval batch (eval_batch_size)
+    eval_rows: int  # ... padded with weight-0 rows up to a multiple of the devices
     # training rows of the dataset (examples, images, pairs, or tokens for a language model)
     num_train: int
     unit: str  # what the progress line counts
@@ -56,6 +57,11 @@ class Plan:
             if self.noise_scale
             else ""
         )
+        eval_padding = (
+            f" (+{self.eval_rows - self.eval_batch} padding rows for {self.devices} devices)"
+            if self.eval_rows != self.eval_batch
+            else ""
+        )
         rows = (
             f" ({self.global_batch} rows x {self.items_per_step // self.global_batch})"
             if (self.items_per_step != self.global_batch)
@@ -66,7 +72,7 @@ class Plan:
                 f"devices: {self.devices} ({self.platform}) | processes: {self.processes}",
                 f"global batch: {self.global_batch} | per-device batch: {self.per_device_batch} | "
                 f"accumulation steps: {self.accum_steps}{noise} (micro-batch per device: {micro}) "
-                f"| eval batch: {self.eval_batch}",
+                f"| eval batch: {self.eval_batch}{eval_padding}",
                 f"train {unit}: {self.num_train:,} | {unit} per step: "
                 f"{self.items_per_step:,}{rows} | steps/epoch: {self.steps_per_epoch} | total "
                 f"steps: {self.total_steps} (a step is one optimizer update)",
@@ -162,7 +168,8 @@ def build(config, workdir: str | None = None, *, data=None) -> Run:
     global_batch = int(config.batch_size)
     per_device = parallel.per_device_batch(global_batch, mesh)
     eval_batch = int(config.eval_batch_size or global_batch)
-    parallel.per_device_batch(eval_batch, mesh, "eval_batch_size")
+    # the eval batch need not divide the devices: each is padded with rows of weight 0
+    eval_rows = parallel.padded_batch(eval_batch, mesh)
     accum, noise = accumulation(config)
     if per_device % accum:
         raise ShardingError(
@@ -205,6 +212,7 @@ def build(config, workdir: str | None = None, *, data=None) -> Run:
         accum_steps=accum,
         noise_scale=noise,
         eval_batch=eval_batch,
+        eval_rows=eval_rows,
         num_train=data.num_train,
         unit=data.unit,
         items_per_step=global_batch * data.items_per_row,

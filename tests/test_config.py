@@ -257,7 +257,7 @@ def docstring_commands(path: str) -> list[list[str]]:
 
 @pytest.mark.parametrize("name", ["mnist_lstm", "ptb_lstm", "gnmt", "resnet50_imagenet"])
 def test_every_command_in_a_config_docstring_names_keys_that_exist(name):
-    """A key misspelt in a documented command (``data.dir`` where the config has ``data.data_dir``)
+    """A key misspelt in a documented command (``data.data_dir`` where the config has ``data.dir``)
     fails the first user who copies it: each documented --config and --config.key must load."""
     commands = docstring_commands(f"configs/{name}.py")
     assert commands, name

@@ -5,7 +5,7 @@
   stratified 1,000 (100 per class, chosen with ``split_seed``) is the test split; the other 4,000
   train.
 * ``source="tfds"``: TFDS ``mnist`` (60,000 train / 10,000 test) read by random access with
-  ``tfds.data_source`` (no TensorFlow needed), from ``data_dir`` (default: TFDS's own).
+  ``tfds.data_source`` (no TensorFlow needed), from ``dir`` (default: TFDS's own).
 """
 
 from __future__ import annotations
@@ -61,9 +61,9 @@ class TfdsSource:
         return {"image": images, "label": labels}
 
 
-def tfds_mnist(data_dir: str = "") -> tuple[TfdsSource, TfdsSource]:
-    """(train, test) of TFDS ``mnist`` from ``data_dir`` ("": TFDS's default)."""
-    return TfdsSource("mnist", "train", data_dir), TfdsSource("mnist", "test", data_dir)
+def tfds_mnist(dir: str = "") -> tuple[TfdsSource, TfdsSource]:
+    """(train, test) of TFDS ``mnist`` from the data_dir ``dir`` ("": TFDS's default)."""
+    return TfdsSource("mnist", "train", dir), TfdsSource("mnist", "test", dir)
 
 
 # data.source -> (train, test) sources; each reads its own data.* keys

@@ -34,7 +34,11 @@ class SplitResult:
 class MetricEvaluator:
     """Sums the task's ``eval_metrics`` over every eval batch of every split (carrying state across
     the batches of a split, from a zero carry), then ``summarize``. Params and model state
-    replicated, batches and carry split along ``'data'``."""
+    replicated, batches and carry split along ``'data'``.
+
+    Each batch of ``eval_batch`` real rows is padded up to ``rows``, a multiple of the devices, with
+    rows of ``weight`` 0 (:func:`lbtrain.parallel.pad_rows`): the task weighs every metric sum, so
+    an eval batch need not divide the devices and the padding changes no metric."""
 
     def __init__(self, task, graphdef, data, mesh, eval_batch: int, params, model_state):
         self.task, self.graphdef, self.data, self.mesh, self.eval_batch = (
@@ -44,6 +48,7 @@ class MetricEvaluator:
             mesh,
             eval_batch,
         )
+        self.rows = parallel.padded_batch(eval_batch, mesh)
         repl, rows = parallel.replicated(mesh), parallel.batch_sharding(mesh)
 
         def eval_step(params, model_state, carry, batch):
@@ -53,14 +58,15 @@ class MetricEvaluator:
             eval_step, in_shardings=(repl, repl, rows, rows), out_shardings=(repl, rows)
         )
         self.initial_carry = jax.device_put(
-            task.init_carry(nnx.merge(graphdef, params, model_state), eval_batch), rows
+            task.init_carry(nnx.merge(graphdef, params, model_state), self.rows), rows
         )
 
     def batches(self, split: str):
-        """This process's eval batches of ``split``, as global arrays on the mesh."""
+        """This process's eval batches of ``split``, padded to ``rows``, as global arrays on the
+        mesh."""
         pidx, pcount = jax.process_index(), jax.process_count()
         for batch in self.data.eval_batches(split, self.eval_batch, pidx, pcount):
-            yield parallel.to_global(batch, self.mesh)
+            yield parallel.to_global(parallel.pad_rows(batch, self.rows // pcount), self.mesh)
 
     def split_metrics(self, params, model_state, split: str) -> dict:
         """The task's summarised metrics of ``split`` at ``params``, summed over every eval

@@ -107,25 +107,40 @@ class DecodingEvaluator(MetricEvaluator):
             translate_fn, in_shardings=(repl, repl, rows), out_shardings=rows
         )
 
-    def generate(self, params, model_state, split: str) -> np.ndarray:
-        """Decoded ids of every row of every global eval batch, in order, on the host."""
-        outs = []
+    def _decoded(self, params, model_state, split: str) -> tuple[np.ndarray, np.ndarray]:
+        """(decoded ids, weight) of every row of every global eval batch, in order, on the host."""
+        ids_out, weights = [], []
         for batch in self.batches(split):
             ids = self.translate_step(params, model_state, batch)
+            weight = batch.get("weight")
             if jax.process_count() > 1:
                 from jax.experimental import multihost_utils
 
-                ids = multihost_utils.process_allgather(ids, tiled=True)
-            outs.append(np.asarray(jax.device_get(ids)))
-        return np.concatenate(outs)
+                ids, weight = multihost_utils.process_allgather((ids, weight), tiled=True)
+            ids_out.append(np.asarray(jax.device_get(ids)))
+            weights.append(
+                np.ones(len(ids_out[-1])) if weight is None else np.asarray(jax.device_get(weight))
+            )
+        return np.concatenate(ids_out), np.concatenate(weights)
+
+    def generate(self, params, model_state, split: str) -> np.ndarray:
+        """Decoded ids of every row of every global eval batch (padding included), in order, on the
+        host."""
+        return self._decoded(params, model_state, split)[0]
+
+    def hypotheses(self, params, model_state, split: str) -> np.ndarray:
+        """Decoded ids of the split's real sentences, in eval order: rows of weight 0 (padding up to
+        the batch or the devices) never reach BLEU."""
+        ids, weight = self._decoded(params, model_state, split)
+        return ids[weight > 0]
 
     def __call__(self, params, model_state) -> dict[str, SplitResult]:
         out = {}
         for split in self.data.eval_splits:
             metrics = self.split_metrics(params, model_state, split)
             t0 = time.perf_counter()
-            ids = self.generate(params, model_state, split)
-            scores, samples = self.data.score(split, ids[: len(self.data.evals[split].src)])
+            ids = self.hypotheses(params, model_state, split)
+            scores, samples = self.data.score(split, ids)
             metrics.update(scores, decode_time_s=time.perf_counter() - t0)
             lines = [f"  source: {s}\n  reference: {r}\n  output: {o}" for s, r, o in samples]
             out[split] = SplitResult(metrics, lines)

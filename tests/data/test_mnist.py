@@ -29,7 +29,7 @@ def test_embedded_test_size_must_be_stratifiable():
 
 
 def test_tfds_source_through_data_source_with_mock_data():
-    cfg = ConfigDict({"name": "mnist", "source": "tfds", "data_dir": ""})
+    cfg = ConfigDict({"name": "mnist", "source": "tfds", "dir": ""})
     with tfds.testing.mock_data(num_examples=24):
         dataset = data.make(cfg)
         train, test = dataset.train, dataset.eval
