@@ -333,6 +333,18 @@ def _total_line(label: str, t: Total, est: Estimate) -> str:
     return line + (f", ${t.price:,.2f}" if t.price is not None and est.sources else "")
 
 
+def totals_text(est: Estimate) -> str:
+    """The totals alone (what a sweep prints before it starts)."""
+    if est.low == est.high:
+        return _total_line(f"{est.experiment}: the plan", est.low, est) + "\n"
+    return (
+        _total_line(f"{est.experiment}: the plan, low", est.low, est)
+        + "\n"
+        + _total_line(f"{est.experiment}: the plan, high", est.high, est)
+        + "\n"
+    )
+
+
 def render(est: Estimate) -> str:
     """The estimate as text: one line per run, the totals, the data, and where the step times
     came from or which are missing."""

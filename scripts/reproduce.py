@@ -44,6 +44,9 @@ import shlex
 import sys
 
 from absl import app, flags
+from tpulaunch.accelerators import accelerator
+from tpupool import TpuExecutor, TpuPoolError
+from tpupool.executor import parse_slices
 
 from experiments import estimate, report, runfiles
 from experiments.step_times import StepTimes
@@ -60,7 +63,31 @@ _EXPERIMENT = flags.DEFINE_string(
 )
 _LOCAL = flags.DEFINE_bool("local", False, "The scaled-down local plan instead of the full one.")
 _EXECUTOR = flags.DEFINE_enum(
-    "executor", "local", ["local"], "What starts the runs: local (processes on this machine)."
+    "executor",
+    "local",
+    ["local", "tpu"],
+    "What starts the runs: local (processes on this machine) or tpu (a pool of Cloud TPU slices).",
+)
+_SLICES = flags.DEFINE_list(
+    "slices",
+    [],
+    "tpu: the pool, NAME:TYPE,... (e.g. lb-a:v4-8,lb-b:v4-32); one run at a time each.",
+)
+_ZONE = flags.DEFINE_string("zone", "", "tpu: the zone of every slice.")
+_PROJECT = flags.DEFINE_string("project", "", "tpu: the Google Cloud project (default: gcloud's).")
+_QUEUED = flags.DEFINE_bool("queued", False, "tpu: create slices through queued resources.")
+_SPOT = flags.DEFINE_bool("spot", False, "tpu: spot slices (cheaper; preemptible).")
+_DELETE = flags.DEFINE_bool(
+    "delete",
+    False,
+    "tpu: delete the slices this sweep created when it ends, when it is interrupted, and when one "
+    "stays idle --idle_minutes.",
+)
+_IDLE_MINUTES = flags.DEFINE_float(
+    "idle_minutes", 10.0, "tpu, with --delete: delete a created slice idle this long."
+)
+_MAX_PREEMPTIONS = flags.DEFINE_integer(
+    "max_preemptions", 3, "tpu: recreate a run's slice and resume it at most this many times."
 )
 _JOBS = flags.DEFINE_integer(
     "jobs", 0, "Runs trained at the same time (default: one per slot; 1 on the CPU)."
@@ -187,7 +214,20 @@ def devices() -> list[int]:
         ) from None
 
 
-def make_executor():
+def make_executor(runs_dir: str):
+    if _EXECUTOR.value == "tpu":
+        pool = TpuExecutor(
+            parse_slices(_SLICES.value),
+            _ZONE.value,
+            project=_PROJECT.value,
+            queued=_QUEUED.value,
+            spot=_SPOT.value,
+            delete=_DELETE.value,
+            idle_minutes=_IDLE_MINUTES.value,
+            max_preemptions=_MAX_PREEMPTIONS.value,
+        )
+        pool.check(runs_dir)
+        return pool
     if _DEVICES.value or _RUNS_PER_DEVICE.value != 1:
         if not _DEVICES.value:
             raise SystemExit("reproduce: --runs_per_device needs --devices (the GPUs to share)")
@@ -204,9 +244,21 @@ def extra_flags() -> list[str]:
     return data + list(_EXTRA.value)
 
 
+def slice_chips(batch: int) -> int | None:
+    """tpu: the chips of the smallest slice of the pool whose devices split ``batch``."""
+    fits = [
+        accelerator(kind)
+        for _, kind in parse_slices(_SLICES.value)
+        if batch % accelerator(kind).devices == 0
+    ]
+    return min((a.chips for a in fits), default=None)
+
+
 def plan_cost(exp, plan):
     """The plan's estimate from the flags (experiments/estimate.py)."""
     chips = _CHIPS.value or (1 if _DEVICES.value else None)
+    if not chips and _EXECUTOR.value == "tpu" and _SLICES.value:
+        chips = slice_chips
     try:
         times = StepTimes.load(*_STEP_TIMES.value, accelerator=_ACCELERATOR.value or None)
     except (OSError, ValueError) as e:
@@ -267,27 +319,51 @@ def main(argv):
                 args = scheduler.lbtrain_args(exp, r, plan, workdir, extra_flags())
                 print(shlex.join(["lbtrain", *args]))
         return
-    if _ESTIMATE.value or _MAX_CHIP_HOURS.value is not None:
+    try:
+        if _PUBLISH.value or _RENDER.value:
+            if _PUBLISH.value:
+                publish_ended(exp, plan, runs_dir, results_dir)
+        else:
+            train(exp, plan, runs_dir, results_dir)
+            if _ESTIMATE.value:
+                return
+    except (scheduler.SweepError, TpuPoolError) as e:
+        raise SystemExit(f"reproduce: {e}") from None
+    render_one(exp, local, results, out_dir)
+
+
+def train(exp, plan, runs_dir: str, results_dir: str) -> None:
+    """--estimate, or the plan trained by the executor the flags choose; bad input is one line
+    before anything starts, and on the tpu executor the plan's cost is printed first."""
+    if _ESTIMATE.value:
+        if _EXECUTOR.value == "tpu" and _SLICES.value:
+            parse_slices(_SLICES.value)
+        print(estimate.render(plan_cost(exp, plan)), end="")
+        return
+    sweep = scheduler.Sweep(
+        exp,
+        plan,
+        make_executor(runs_dir),
+        runs_dir,
+        results_dir,
+        _ONLY.value,
+        extra_flags(),
+        _JOBS.value,
+    )
+    sweep.check()
+    if _MAX_CHIP_HOURS.value is not None or _EXECUTOR.value == "tpu":
         cost = plan_cost(exp, plan)
-        if _ESTIMATE.value:
-            print(estimate.render(cost), end="")
-            return
-        refused = estimate.refusal(cost, _MAX_CHIP_HOURS.value)
+        print(estimate.totals_text(cost), end="", flush=True)
+        refused = _MAX_CHIP_HOURS.value is not None and estimate.refusal(
+            cost, _MAX_CHIP_HOURS.value
+        )
         if refused:
             raise SystemExit(f"reproduce: --max_chip_hours: the plan may take {refused}")
-    if _PUBLISH.value:
-        publish_ended(exp, plan, runs_dir, results_dir)
-    elif not _RENDER.value:
-        executor = make_executor()
-        sweep = scheduler.Sweep(
-            exp, plan, executor, runs_dir, results_dir, _ONLY.value, extra_flags(), _JOBS.value
-        )
-        try:
-            sweep.run()
-        except KeyboardInterrupt:
-            print("reproduce: interrupted; run the same command again to resume", file=sys.stderr)
-            sys.exit(130)
-    render_one(exp, local, results, out_dir)
+    try:
+        sweep.run()
+    except KeyboardInterrupt:
+        print("reproduce: interrupted; run the same command again to resume", file=sys.stderr)
+        sys.exit(130)
 
 
 if __name__ == "__main__":

@@ -18,8 +18,8 @@ What one launch does, in order (--dry-run prints every command instead of runnin
      lbtrain needs), a virtual environment, `jax[tpu]` and lbtrain[offline,gcs] in it;
   4. the run: processes still holding the TPU from an earlier run are ended, then `lbtrain ARGS`
      starts detached on every worker (it outlives this command and the ssh session), with cwd = the
-     unpacked source, LBTRAIN_DISTRIBUTED_AUTO=1 (JAX finds the slice's hosts itself) and its output
-     in ~/lbtrain/launches/<launch id>/run.log on that worker;
+     unpacked source, LBTRAIN_DISTRIBUTED_AUTO=1 on several hosts (JAX finds them itself) and its
+     output in ~/lbtrain/launches/<launch id>/run.log on that worker;
   5. --follow streams every worker's log here until the run ends; --logs copies them here; --delete
      waits for the run to end and deletes the slice, and also deletes it when anything fails or the
      launcher is interrupted (Ctrl-C, SIGTERM, SIGHUP), so a failed launch does not leave a slice

@@ -127,10 +127,16 @@ class LocalExecutor:
         record.launch = {"pid": job.pid, **self.env(slot)}
         return job
 
-    def adopt(self, state: SweepState) -> dict:
+    def bind(self, notify) -> None:
+        pass  # a local run reports nothing between its start and its end
+
+    def adopt(self, state: SweepState, args_for) -> dict:
         # a local run outlives its scheduler only when that was killed alone; its workdir lock
         # refuses a second copy, which then stops without a result and is retried next pass
         return {}
+
+    def tick(self, idle) -> None:
+        pass  # nothing to release: processes end with their runs
 
     def close(self, interrupted: bool) -> list[str]:
         return []

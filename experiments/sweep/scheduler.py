@@ -21,7 +21,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Protocol
 
 from experiments import runfiles
@@ -58,8 +58,20 @@ class Executor(Protocol):
         :class:`~experiments.sweep.state.RunRecord`, which the executor may annotate)."""
         ...
 
-    def adopt(self, state: SweepState) -> dict[str, tuple[Slot, Job]]:
-        """The runs still live from an earlier scheduler (killed without cleaning up), by name."""
+    def bind(self, notify: Callable[[str, str], None]) -> None:
+        """``notify(run, text)`` reports what happens to a run between its start and its end (a
+        preemption, a resume): one line in the live view, the sweep's state saved."""
+        ...
+
+    def adopt(self, state: SweepState, args_for: Callable[[str], list[str] | None]) -> dict:
+        """The runs still live from an earlier scheduler (killed without cleaning up), by name:
+        ``{run name: (slot, job)}``; ``args_for(name)``: that run's ``lbtrain`` arguments (None
+        for a name the plan does not have)."""
+        ...
+
+    def tick(self, idle: list[Slot]) -> None:
+        """Called on every poll with the slots that hold no run (an executor may release one that
+        stays idle)."""
         ...
 
     def close(self, interrupted: bool) -> list[str]:
@@ -109,6 +121,10 @@ def pick(slot: Slot, pending: Sequence[Run], slots: Sequence[Slot]) -> Run | Non
 def unplaceable(runs: Sequence[Run], slots: Sequence[Slot]) -> list[Run]:
     """The runs no slot can take."""
     return [r for r in runs if not any(fits(r, s) for s in slots)]
+
+
+class SweepError(Exception):
+    """The plan cannot run on this executor as asked (one line, before anything starts)."""
 
 
 class _Live:
@@ -225,13 +241,38 @@ class Sweep:
         self.state.save()
         self.live(name, text)
 
+    def _args_for(self, name: str) -> list[str] | None:
+        run = next((r for r in self.known() if r.name == name), None)
+        if run is None:
+            return None
+        return lbtrain_args(self.exp, run, self.plan, self.workdir(run), self.extra)
+
+    def _notify(self, name: str, text: str) -> None:
+        self.state.save()
+        self.live(name, text)
+
+    def check(self) -> None:
+        """Refuse, in one line, a plan with a run that no slot can take."""
+        lost = unplaceable(self.known(), self.executor.slots())
+        if lost:
+            sizes = ", ".join(f"{s.name} ({s.devices} devices)" for s in self.executor.slots())
+            names = ", ".join(f"{r.name} (batch {r.batch})" for r in lost)
+            raise SweepError(
+                f"no slot can take {names}: a global batch must be a multiple of the slot's "
+                f"devices ({sizes}); add a slice that fits, or leave the run out with --only"
+            )
+
     def run(self) -> SweepState:
         """Train the runs until none is left to start; returns the sweep's state."""
-        for name, (slot, job) in self.executor.adopt(self.state).items():
-            run = next((r for r in self.known() if r.name == name), None)
-            if run is not None:
-                self.running[name] = (slot, run, job)
-                self.live(name, f"adopted, running on {slot.name}")
+        self.check()
+        self.executor.bind(self._notify)
+        known = {r.name: r for r in self.known()}
+        for name, (slot, job) in self.executor.adopt(self.state, self._args_for).items():
+            if name in known:
+                self.running[name] = (slot, known[name], job)
+                rec = self.state.run(name)
+                rec.status, rec.slot = sweep_state.RUNNING, slot.name
+                self._notify(name, f"adopted: still running on {slot.name}")
         interrupted = False
         try:
             with _signals_as_interrupt():
@@ -246,6 +287,8 @@ class Sweep:
                             self._ended(name, code)
                         if ended:
                             break
+                        busy = {slot.name for slot, _, _ in self.running.values()}
+                        self.executor.tick([s for s in self.executor.slots() if s.name not in busy])
                         time.sleep(self.poll_seconds)
         except KeyboardInterrupt:
             interrupted = True

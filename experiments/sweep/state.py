@@ -6,11 +6,13 @@ to keep counting attempts; the runs' outcomes are never taken from it (their wor
 from __future__ import annotations
 
 import dataclasses
+import threading
 import time
 
 from lbtrain import rundir
 
 NAME = "sweep.json"
+_SAVING = threading.Lock()
 
 WAITING = "waiting"
 RUNNING = "running"
@@ -50,6 +52,10 @@ class SweepState:
         return self.runs.setdefault(name, RunRecord())
 
     def save(self) -> None:
+        with _SAVING:  # executors' threads report too
+            self._save()
+
+    def _save(self) -> None:
         rundir.write_json(
             self.path,
             {

@@ -147,8 +147,10 @@ class Ship(Base):
 
     def _start(self):
         """Start the run detached on every worker (the helper's start)."""
-        # JAX's own cluster discovery on every host; the commit, for the run's provenance
-        env = ["LBTRAIN_DISTRIBUTED_AUTO=1", f"LBTRAIN_SOURCE_COMMIT={self.commit}", *self.o.env]
+        # JAX's own cluster discovery on every host of a multi-host slice (one host is one JAX
+        # process: nothing to discover); the commit, for the run's provenance
+        auto = [] if self.workers == 1 else ["LBTRAIN_DISTRIBUTED_AUTO=1"]
+        env = [*auto, f"LBTRAIN_SOURCE_COMMIT={self.commit}", *self.o.env]
         # from here on an interrupt stops the run before --delete deletes the slice
         self.run_live = True
         res = self.run(

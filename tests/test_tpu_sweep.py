@@ -1,0 +1,134 @@
+"""``reproduce.py --executor=tpu`` end to end: a pool of two one-worker slices of two sizes on the
+fake gcloud (tests/fake_gcloud.py: the launcher, its worker helper and real lbtrain runs are real;
+Google Cloud is not), run workdirs in a real GCS emulator. One slice is preempted mid-run and one
+run diverges: each run lands on a slice whose devices split its batch, the preempted run resumes
+from its checkpoint on a recreated slice, the diverged run records its failure, every slice is
+deleted at the end, and every run's metrics equal the local executor's on as many devices."""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+from fake_gcloud import FakeSlice  # tests/ is on sys.path (conftest.py)
+
+from lbtrain import rundir
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ARG = "runlocal=True,epochs=2"
+# b12 trains long enough (20 epochs of 333 steps, a checkpoint each quarter) for a preemption to
+# land mid-run
+LONG = "runlocal=True,epochs=20"
+EXPERIMENT = textwrap.dedent(
+    f"""
+    from experiments.common import Experiment, Plan, Run
+
+    CKPT = ("--config.checkpoint_every_epochs=0.25",)
+    EXPERIMENT = Experiment(
+        name="pool", config="configs/mnist_lstm.py", metric="accuracy", split="eval",
+        direction="max", claim="none", tolerance=0.05, full=Plan((), "none"),
+        local=Plan((
+            Run("b12_base", 12, "base", "batch=12,{LONG}", CKPT, role="base"),
+            Run("b32_legw", 32, "legw", "batch=32,{ARG}", CKPT),
+            Run("b32_div", 32, "legw", "batch=32,{ARG}",
+                ("--config.optim.base_lr=10000", "--config.optim.momentum.momentum=1.5")),
+        ), "runlocal"),
+    )
+    """
+)
+TIMING = ("train_time_s", "ex_per_sec", "tok_per_sec")  # what differs between two runs
+
+
+def reproduce(exp, runs, results, *flags, env):
+    cmd = [
+        sys.executable,
+        "scripts/reproduce.py",
+        f"--experiment={exp}",
+        "--local",
+        f"--runs_dir={runs}",
+        f"--results={results}",
+        *flags,
+    ]
+    return subprocess.Popen(
+        cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+
+
+def metrics(text: str) -> list[dict]:
+    rows = [json.loads(line) for line in text.splitlines() if line.strip()]
+    return [{k: v for k, v in r.items() if k not in TIMING} for r in rows]
+
+
+def wait_for_checkpoint(workdir: str, proc, timeout: float = 240) -> None:
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        ckpts = rundir.path(workdir) / "checkpoints"
+        if ckpts.exists() and any(p.name.isdigit() for p in ckpts.iterdir()):
+            return
+        if proc.poll() is not None:  # ended before it: say why
+            log = rundir.read_bytes(f"{workdir}/stdout.log") or b""
+            raise AssertionError(proc.stdout.read() + log.decode()[-3000:])
+        time.sleep(0.5)
+    raise AssertionError(f"no checkpoint in {workdir} after {timeout} s")
+
+
+@pytest.mark.slow
+def test_a_pool_of_two_slices_runs_a_plan_through_a_preemption_and_a_divergence(tmp_path, gcs):
+    exp = tmp_path / "pool.py"
+    exp.write_text(EXPERIMENT)
+    worker = {**gcs.env, "JAX_PLATFORMS": "cpu", "LBTRAIN_PROGRESS": "plain"}
+    fs = FakeSlice(str(tmp_path / "fake"), worker_env={"0": worker})
+    (tmp_path / "tmp").mkdir()
+    env = {**fs.env, **gcs.env, "TMPDIR": str(tmp_path / "tmp")}
+    runs, results = f"{gcs.root}/runs", tmp_path / "results"
+    pool = [
+        "--executor=tpu",
+        "--slices=small:v4-8,big:v6e-8",
+        "--zone=us-central2-b",
+        "--spot",
+        "--delete",
+    ]
+    proc = reproduce(exp, runs, results, *pool, env=env)
+    try:
+        wait_for_checkpoint(f"{runs}/b12_base", proc)
+        fs.preempt("small", grace=120)
+        out = proc.communicate(timeout=600)[0]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        fs.end_all_runs()
+    assert proc.returncode == 0, out
+    state = json.loads(rundir.read_bytes(f"{runs}/sweep.json"))
+    rec = state["runs"]
+    # batch 12 splits over v4-8's 4 devices, not over v6e-8's 8
+    assert rec["b12_base"]["slot"] == "small"
+    assert (rec["b12_base"]["preemptions"], rec["b12_base"]["attempts"]) == (1, 2)
+    assert "preempted on small (1 of at most 3)" in out
+    log = rundir.read_bytes(f"{runs}/b12_base/stdout.log").decode()
+    assert "resuming from the checkpoint" in log  # resumed, not restarted
+    assert rec["b32_div"]["status"] == "failed" and "b32_div: stopped: non-finite" in out
+    assert {r["status"] for n, r in rec.items() if n != "b32_div"} == {"finished"}
+    assert fs.state()["nodes"] == {}  # every slice deleted at the end
+    assert "deleted slice small" in out and "deleted slice big" in out
+    published = results / "pool_local" / "runs"
+    assert sorted(os.listdir(published)) == ["b12_base", "b32_div", "b32_legw"]
+    assert (published / "b32_div" / "failure.json").exists()
+
+    # the local executor on as many devices as each run's slice had: the same metrics, row for row
+    local_runs, local_results = tmp_path / "local_runs", tmp_path / "local_results"
+    devices = {"small": 4, "big": 8}
+    for slot in ("small", "big"):
+        names = [n for n, r in rec.items() if r["slot"] == slot]
+        flags = os.environ | {
+            "XLA_FLAGS": f"--xla_force_host_platform_device_count={devices[slot]}"
+        }
+        local = reproduce(exp, local_runs, local_results, f"--only={','.join(names)}", env=flags)
+        assert local.wait(timeout=600) == 0, local.stdout.read()
+    for name in ("b12_base", "b32_legw"):
+        there = rundir.read_bytes(f"{runs}/{name}/metrics.jsonl").decode()
+        here = (local_runs / name / "metrics.jsonl").read_text()
+        assert metrics(there) == metrics(here), name
+    assert (local_runs / "b32_div" / "failure.json").exists()
