@@ -7,6 +7,7 @@ deleted at the end, and every run's metrics equal the local executor's on as man
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import textwrap
@@ -42,7 +43,7 @@ EXPERIMENT = textwrap.dedent(
 TIMING = ("train_time_s", "ex_per_sec", "tok_per_sec")  # what differs between two runs
 
 
-def reproduce(exp, runs, results, *flags, env):
+def reproduce(exp, runs, results, *flags, env, **kw):
     cmd = [
         sys.executable,
         "scripts/reproduce.py",
@@ -53,7 +54,7 @@ def reproduce(exp, runs, results, *flags, env):
         *flags,
     ]
     return subprocess.Popen(
-        cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **kw
     )
 
 
@@ -132,3 +133,74 @@ def test_a_pool_of_two_slices_runs_a_plan_through_a_preemption_and_a_divergence(
         here = (local_runs / name / "metrics.jsonl").read_text()
         assert metrics(there) == metrics(here), name
     assert (local_runs / "b32_div" / "failure.json").exists()
+
+
+def launches_of(fs, run: str) -> int:
+    """How many times the launcher started ``run`` on some slice (its helper's ``start``)."""
+    starts = [
+        c
+        for c in fs.calls()
+        if "ssh" in c and any(" start " in a and f"/runs/{run} " in a + " " for a in c)
+    ]
+    return len(starts)
+
+
+def wait_for_line(proc, text: str, lines: list, timeout: float = 240) -> None:
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        line = proc.stdout.readline()
+        lines.append(line)
+        if text in line:
+            return
+        if not line and proc.poll() is not None:
+            break
+    raise AssertionError(f"no line with {text!r}:\n{''.join(lines)}")
+
+
+@pytest.mark.slow
+def test_a_killed_scheduler_is_adopted_and_an_interrupted_sweep_resumes(tmp_path, gcs):
+    """SIGKILL the scheduler mid-run: the rerun adopts the live run from the slice and sweep.json
+    (no second copy starts); Ctrl-C / SIGTERM then stops the run and deletes the slices; the next
+    rerun skips what finished and resumes the rest from its checkpoint."""
+    exp = tmp_path / "pool.py"
+    exp.write_text(EXPERIMENT)
+    worker = {**gcs.env, "JAX_PLATFORMS": "cpu", "LBTRAIN_PROGRESS": "plain"}
+    fs = FakeSlice(str(tmp_path / "fake"), worker_env={"0": worker})
+    (tmp_path / "tmp").mkdir()
+    env = {**fs.env, **gcs.env, "TMPDIR": str(tmp_path / "tmp")}
+    runs, results = f"{gcs.root}/runs", tmp_path / "results"
+    pool = [
+        "--executor=tpu",
+        "--slices=small:v4-8,big:v6e-8",
+        "--zone=us-central2-b",
+        "--delete",
+        "--only=b12_base,b32_legw",
+    ]
+    try:
+        first = reproduce(exp, runs, results, *pool, env=env, start_new_session=True)
+        wait_for_checkpoint(f"{runs}/b12_base", first)
+        os.killpg(first.pid, signal.SIGKILL)  # the scheduler and its launchers; the runs live on
+        first.wait()
+        assert {n["state"] for n in fs.state()["nodes"].values()} == {"READY"}
+
+        second = reproduce(exp, runs, results, *pool, env=env)
+        lines = []
+        wait_for_line(second, "b12_base: adopted: still running on small", lines)
+        second.send_signal(signal.SIGTERM)
+        out = "".join(lines) + second.communicate(timeout=300)[0]
+        assert second.returncode == 130, out
+        assert "deleted slice small (interrupted)" in out and fs.state()["nodes"] == {}
+        assert launches_of(fs, "b12_base") == 1  # adopted, never started twice
+        assert not rundir.path(f"{runs}/b12_base/results.json").exists()
+
+        third = reproduce(exp, runs, results, *pool, env=env)
+        out = third.communicate(timeout=600)[0]
+    finally:
+        fs.end_all_runs()
+    assert third.returncode == 0, out
+    assert "b32_legw: finished earlier" in out or launches_of(fs, "b32_legw") == 2, out
+    assert "b12_base: done (published)" in out and launches_of(fs, "b12_base") == 2
+    log = rundir.read_bytes(f"{runs}/b12_base/stdout.log").decode()
+    assert "resuming from the checkpoint" in log
+    assert fs.state()["nodes"] == {}
+    assert sorted(os.listdir(results / "pool_local" / "runs")) == ["b12_base", "b32_legw"]
