@@ -48,7 +48,7 @@ from tpulaunch.accelerators import accelerator
 from tpupool import TpuExecutor, TpuPoolError
 from tpupool.executor import parse_slices
 
-from experiments import estimate, report, runfiles
+from experiments import estimate, probe, report, runfiles
 from experiments.step_times import StepTimes
 from experiments.sweep import local as local_executor
 from experiments.sweep import scheduler
@@ -132,6 +132,17 @@ _STEP_TIMES = flags.DEFINE_list(
     "step_times",
     [],
     "Measured step times for the estimate: probe caches or benchmark JSONs (docs/bench/*.json).",
+)
+_PROBE = flags.DEFINE_bool(
+    "probe",
+    False,
+    "With --estimate and --accelerator: measure the step times it lacks by a short run of each "
+    "(about 60 updates) on the executor's hardware, cached in --probe_cache.",
+)
+_PROBE_CACHE = flags.DEFINE_string(
+    "probe_cache",
+    os.path.join(os.path.expanduser("~"), ".cache", "lbtrain", "step_times.json"),
+    "The step times --probe measured (read by every --estimate).",
 )
 _ACCELERATOR = flags.DEFINE_string(
     "accelerator", "", "The device kind the step times are looked up for (e.g. 'NVIDIA H200')."
@@ -259,8 +270,9 @@ def plan_cost(exp, plan):
     chips = _CHIPS.value or (1 if _DEVICES.value else None)
     if not chips and _EXECUTOR.value == "tpu" and _SLICES.value:
         chips = slice_chips
+    cached = [_PROBE_CACHE.value] if os.path.isfile(_PROBE_CACHE.value) else []
     try:
-        times = StepTimes.load(*_STEP_TIMES.value, accelerator=_ACCELERATOR.value or None)
+        times = StepTimes.load(*_STEP_TIMES.value, *cached, accelerator=_ACCELERATOR.value or None)
     except (OSError, ValueError) as e:
         raise SystemExit(f"reproduce: --step_times: {e}") from None
     return estimate.estimate(
@@ -332,13 +344,42 @@ def main(argv):
     render_one(exp, local, results, out_dir)
 
 
+def probe_step_times(exp, plan, cost, runs_dir: str):
+    """--probe: the step times ``cost`` lacks, measured on the executor (workdirs under
+    ``<runs_dir>/probes``) and cached in --probe_cache; returns the estimate with them."""
+    if not _ACCELERATOR.value:
+        raise SystemExit(
+            "reproduce: --probe needs --accelerator (the name its times are kept under)"
+        )
+    probes_dir = runfiles.join(runs_dir, "probes")
+    executor = make_executor(probes_dir)
+    cache = (
+        StepTimes.load(_PROBE_CACHE.value) if os.path.isfile(_PROBE_CACHE.value) else StepTimes()
+    )
+
+    def run_sweep(probe_plan, results_dir: str) -> None:
+        sweep = scheduler.Sweep(
+            exp, probe_plan, executor, probes_dir, results_dir, (), extra_flags(), _JOBS.value
+        )
+        sweep.run()
+
+    for line in probe.probe(exp, plan, cost, run_sweep, cache):
+        print(line, flush=True)
+    os.makedirs(os.path.dirname(os.path.abspath(_PROBE_CACHE.value)), exist_ok=True)
+    cache.save(_PROBE_CACHE.value)
+    return plan_cost(exp, plan)
+
+
 def train(exp, plan, runs_dir: str, results_dir: str) -> None:
     """--estimate, or the plan trained by the executor the flags choose; bad input is one line
     before anything starts, and on the tpu executor the plan's cost is printed first."""
     if _ESTIMATE.value:
         if _EXECUTOR.value == "tpu" and _SLICES.value:
             parse_slices(_SLICES.value)
-        print(estimate.render(plan_cost(exp, plan)), end="")
+        cost = plan_cost(exp, plan)
+        if _PROBE.value:
+            cost = probe_step_times(exp, plan, cost, runs_dir)
+        print(estimate.render(cost), end="")
         return
     sweep = scheduler.Sweep(
         exp,
