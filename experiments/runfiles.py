@@ -132,3 +132,18 @@ def publish(name: str, runs_dir: str, results_dir: str) -> bool:
         if data is not None:
             rundir.write_bytes(join(dst, file), data)
     return True
+
+
+def publish_ended(exp: Experiment, plan: Plan, runs_dir: str, results_dir: str) -> list[str]:
+    """Publish every run of the plan (and of its tuned column, as it unfolds) that has ended in
+    ``runs_dir`` and is not published yet; returns their names."""
+    seen: set[str] = set()
+    out = []
+    while True:
+        new = [r for r in all_runs(exp, plan, finals(exp, results_dir)) if r.name not in seen]
+        if not new:
+            return out
+        for r in new:
+            seen.add(r.name)
+            if not published(r.name, results_dir) and publish(r.name, runs_dir, results_dir):
+                out.append(r.name)

@@ -36,19 +36,16 @@ protocol every experiment follows: docs/reproduce.md.
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
+import functools
 import os
-import re
 import shlex
 import sys
 
 from absl import app, flags
-from tpulaunch.accelerators import accelerator
 from tpupool import TpuExecutor, TpuPoolError
-from tpupool.executor import parse_slices
+from tpupool.executor import parse_slices, smallest_chips
 
-from experiments import estimate, probe, report, runfiles
+from experiments import catalog, estimate, probe, report, runfiles
 from experiments.step_times import StepTimes
 from experiments.sweep import local as local_executor
 from experiments.sweep import scheduler
@@ -165,36 +162,6 @@ _EXTRA = flags.DEFINE_multi_string(
 )
 
 
-def experiment_names() -> list[str]:
-    """The modules of experiments/ that declare an experiment (a top-level ``EXPERIMENT = ...``);
-    the others (common, tuning, the report's) are the machinery."""
-    folder = os.path.join(ROOT, "experiments")
-
-    def declares(f: str) -> bool:
-        with open(os.path.join(folder, f)) as src:
-            return re.search(r"^EXPERIMENT\b", src.read(), re.M) is not None
-
-    return sorted(f[:-3] for f in os.listdir(folder) if f.endswith(".py") and declares(f))
-
-
-def load_experiment(name: str):
-    """``experiments.<name>``'s experiment, or the one a file at path ``name`` declares."""
-    if not name.endswith(".py"):
-        if name not in experiment_names():
-            raise SystemExit(
-                f"reproduce: no experiment {name!r}; valid choices: {', '.join(experiment_names())}"
-            )
-        return importlib.import_module(f"experiments.{name}").EXPERIMENT
-    if not os.path.isfile(name):
-        raise SystemExit(f"reproduce: no experiment file {name}: give an existing path")
-    spec = importlib.util.spec_from_file_location(
-        f"_experiment_{os.path.basename(name)[:-3]}", name
-    )
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.EXPERIMENT
-
-
 def tag(exp, local: bool) -> str:
     return f"{exp.name}_local" if local else exp.name
 
@@ -255,21 +222,11 @@ def extra_flags() -> list[str]:
     return data + list(_EXTRA.value)
 
 
-def slice_chips(batch: int) -> int | None:
-    """tpu: the chips of the smallest slice of the pool whose devices split ``batch``."""
-    fits = [
-        accelerator(kind)
-        for _, kind in parse_slices(_SLICES.value)
-        if batch % accelerator(kind).devices == 0
-    ]
-    return min((a.chips for a in fits), default=None)
-
-
 def plan_cost(exp, plan):
     """The plan's estimate from the flags (experiments/estimate.py)."""
     chips = _CHIPS.value or (1 if _DEVICES.value else None)
     if not chips and _EXECUTOR.value == "tpu" and _SLICES.value:
-        chips = slice_chips
+        chips = functools.partial(smallest_chips, parse_slices(_SLICES.value))
     cached = [_PROBE_CACHE.value] if os.path.isfile(_PROBE_CACHE.value) else []
     try:
         times = StepTimes.load(*_STEP_TIMES.value, *cached, accelerator=_ACCELERATOR.value or None)
@@ -285,23 +242,6 @@ def plan_cost(exp, plan):
     )
 
 
-def publish_ended(exp, plan, runs_dir: str, results_dir: str) -> None:
-    """Publish every run of the plan (and of its tuned column, as it unfolds) that has ended in
-    ``runs_dir``."""
-    seen: set[str] = set()
-    while True:
-        known = runfiles.all_runs(exp, plan, runfiles.finals(exp, results_dir))
-        new = [r for r in known if r.name not in seen]
-        if not new:
-            return
-        for r in new:
-            seen.add(r.name)
-            if not runfiles.published(r.name, results_dir) and runfiles.publish(
-                r.name, runs_dir, results_dir
-            ):
-                print(f"{r.name}: published", flush=True)
-
-
 def main(argv):
     del argv
     local = _LOCAL.value
@@ -310,10 +250,13 @@ def main(argv):
     if _EXPERIMENT.value == "all":
         if not _RENDER.value:
             raise SystemExit("reproduce: --experiment=all only renders: add --render")
-        for name in experiment_names():
-            render_one(load_experiment(name), local, results, out_dir)
+        for name in catalog.names():
+            render_one(catalog.load(name), local, results, out_dir)
         return
-    exp = load_experiment(_EXPERIMENT.value)
+    try:
+        exp = catalog.load(_EXPERIMENT.value)
+    except catalog.UnknownExperiment as e:
+        raise SystemExit(f"reproduce: {e}") from None
     plan = exp.plan(local)
     results_dir = os.path.join(results, tag(exp, local))
     runs_dir = _RUNS_DIR.value or os.path.join(ROOT, "runs", tag(exp, local))
@@ -334,7 +277,8 @@ def main(argv):
     try:
         if _PUBLISH.value or _RENDER.value:
             if _PUBLISH.value:
-                publish_ended(exp, plan, runs_dir, results_dir)
+                for name in runfiles.publish_ended(exp, plan, runs_dir, results_dir):
+                    print(f"{name}: published", flush=True)
         else:
             train(exp, plan, runs_dir, results_dir)
             if _ESTIMATE.value:

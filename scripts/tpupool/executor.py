@@ -60,6 +60,13 @@ def parse_slices(specs: list[str]) -> list[tuple[str, str]]:
     return out
 
 
+def smallest_chips(slices: list[tuple[str, str]], batch: int) -> int | None:
+    """The chips of the smallest slice of the pool whose devices split ``batch`` (what a run of
+    that batch costs when it lands there)."""
+    fits = [accelerator(t) for _, t in slices if batch % accelerator(t).devices == 0]
+    return min((a.chips for a in fits), default=None)
+
+
 class _Attempts:
     """One run on one slice: launches until the run ends on a slice the cloud did not take back
     (or after ``max_preemptions`` recreations). ``poll()``: its exit status once it has ended."""
