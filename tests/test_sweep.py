@@ -4,19 +4,17 @@ run stopped by a held lock is retried on the next pass)."""
 
 import json
 import os
-import subprocess
 import sys
 import textwrap
 
 import pytest
+import reproduce_cli  # tests/ is on sys.path (conftest.py)
 
 from experiments.common import Run
 from experiments.sweep import local, scheduler
 from experiments.sweep.scheduler import Slot
 from experiments.sweep.state import RunRecord
 from lbtrain import rundir
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def run(name: str, batch: int) -> Run:
@@ -84,23 +82,6 @@ EXPERIMENT = textwrap.dedent(
 )
 
 
-def reproduce(exp, runs, results):
-    return subprocess.run(
-        [
-            sys.executable,
-            "scripts/reproduce.py",
-            f"--experiment={exp}",
-            "--local",
-            f"--runs_dir={runs}",
-            f"--results={results}",
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-
-
 @pytest.mark.slow
 def test_a_diverged_run_is_a_result_and_a_run_stopped_by_a_held_lock_is_retried(tmp_path):
     exp = tmp_path / "ends.py"
@@ -108,7 +89,7 @@ def test_a_diverged_run_is_a_result_and_a_run_stopped_by_a_held_lock_is_retried(
     runs, results = tmp_path / "runs", tmp_path / "results"
     lock = rundir.lock(str(runs / "held"))  # a live run of this process holds the workdir
     try:
-        first = reproduce(exp, runs, results)
+        first = reproduce_cli.run(exp, runs, results)
     finally:
         lock.release()
     assert first.returncode == 0, first.stdout + first.stderr
@@ -124,7 +105,7 @@ def test_a_diverged_run_is_a_result_and_a_run_stopped_by_a_held_lock_is_retried(
     state = json.loads((runs / "sweep.json").read_text())["runs"]
     assert (state["held"]["status"], state["diverges"]["status"]) == ("stopped", "failed")
 
-    second = reproduce(exp, runs, results)
+    second = reproduce_cli.run(exp, runs, results)
     assert second.returncode == 0, second.stdout + second.stderr
     assert "diverges: failed earlier" in second.stdout  # a result: not run again
     assert "held: done (published)" in second.stdout
@@ -164,22 +145,7 @@ def test_publish_reads_the_runs_a_bucket_holds_whatever_trained_them(tmp_path, g
         for f in d.iterdir():
             rundir.write_bytes(f"{runs}/{d.name}/{f.name}", f.read_bytes())
     results = tmp_path / "results"
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "scripts/reproduce.py",
-            f"--experiment={exp}",
-            "--local",
-            f"--runs_dir={runs}",
-            f"--results={results}",
-            "--publish",
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env={**os.environ, **gcs.env},
-    )
+    proc = reproduce_cli.run(exp, runs, results, "--publish", env={**os.environ, **gcs.env})
     assert proc.returncode == 0, proc.stdout + proc.stderr
     published = results / "remote_local" / "runs"
     assert sorted(os.listdir(published)) == ["b16_base_s0", "b64_legw_s0"]

@@ -8,17 +8,15 @@ deleted at the end, and every run's metrics equal the local executor's on as man
 import json
 import os
 import signal
-import subprocess
-import sys
 import textwrap
 import time
 
 import pytest
+import reproduce_cli
 from fake_gcloud import FakeSlice  # tests/ is on sys.path (conftest.py)
 
 from lbtrain import rundir
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ARG = "runlocal=True,epochs=2"
 # b12 trains long enough (20 epochs of 333 steps, a checkpoint each quarter) for a preemption to
 # land mid-run
@@ -43,21 +41,6 @@ EXPERIMENT = textwrap.dedent(
 TIMING = ("train_time_s", "ex_per_sec", "tok_per_sec")  # what differs between two runs
 
 
-def reproduce(exp, runs, results, *flags, env, **kw):
-    cmd = [
-        sys.executable,
-        "scripts/reproduce.py",
-        f"--experiment={exp}",
-        "--local",
-        f"--runs_dir={runs}",
-        f"--results={results}",
-        *flags,
-    ]
-    return subprocess.Popen(
-        cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **kw
-    )
-
-
 def metrics(text: str) -> list[dict]:
     rows = [json.loads(line) for line in text.splitlines() if line.strip()]
     return [{k: v for k, v in r.items() if k not in TIMING} for r in rows]
@@ -76,14 +59,20 @@ def wait_for_checkpoint(workdir: str, proc, timeout: float = 240) -> None:
     raise AssertionError(f"no checkpoint in {workdir} after {timeout} s")
 
 
-@pytest.mark.slow
-def test_a_pool_of_two_slices_runs_a_plan_through_a_preemption_and_a_divergence(tmp_path, gcs):
+def pool_of_fakes(tmp_path, gcs):
+    """The experiment file, a fake project whose one-worker slices run real lbtrain with their
+    workdirs in the GCS emulator, and the environment reproduce.py runs in."""
     exp = tmp_path / "pool.py"
     exp.write_text(EXPERIMENT)
     worker = {**gcs.env, "JAX_PLATFORMS": "cpu", "LBTRAIN_PROGRESS": "plain"}
     fs = FakeSlice(str(tmp_path / "fake"), worker_env={"0": worker})
     (tmp_path / "tmp").mkdir()
-    env = {**fs.env, **gcs.env, "TMPDIR": str(tmp_path / "tmp")}
+    return exp, fs, {**fs.env, **gcs.env, "TMPDIR": str(tmp_path / "tmp")}
+
+
+@pytest.mark.slow
+def test_a_pool_of_two_slices_runs_a_plan_through_a_preemption_and_a_divergence(tmp_path, gcs):
+    exp, fs, env = pool_of_fakes(tmp_path, gcs)
     runs, results = f"{gcs.root}/runs", tmp_path / "results"
     pool = [
         "--executor=tpu",
@@ -92,7 +81,7 @@ def test_a_pool_of_two_slices_runs_a_plan_through_a_preemption_and_a_divergence(
         "--spot",
         "--delete",
     ]
-    proc = reproduce(exp, runs, results, *pool, env=env)
+    proc = reproduce_cli.start(exp, runs, results, *pool, env=env)
     try:
         wait_for_checkpoint(f"{runs}/b12_base", proc)
         fs.preempt("small", grace=120)
@@ -126,7 +115,9 @@ def test_a_pool_of_two_slices_runs_a_plan_through_a_preemption_and_a_divergence(
         flags = os.environ | {
             "XLA_FLAGS": f"--xla_force_host_platform_device_count={devices[slot]}"
         }
-        local = reproduce(exp, local_runs, local_results, f"--only={','.join(names)}", env=flags)
+        local = reproduce_cli.start(
+            exp, local_runs, local_results, f"--only={','.join(names)}", env=flags
+        )
         assert local.wait(timeout=600) == 0, local.stdout.read()
     for name in ("b12_base", "b32_legw"):
         there = rundir.read_bytes(f"{runs}/{name}/metrics.jsonl").decode()
@@ -162,12 +153,7 @@ def test_a_killed_scheduler_is_adopted_and_an_interrupted_sweep_resumes(tmp_path
     """SIGKILL the scheduler mid-run: the rerun adopts the live run from the slice and sweep.json
     (no second copy starts); Ctrl-C / SIGTERM then stops the run and deletes the slices; the next
     rerun skips what finished and resumes the rest from its checkpoint."""
-    exp = tmp_path / "pool.py"
-    exp.write_text(EXPERIMENT)
-    worker = {**gcs.env, "JAX_PLATFORMS": "cpu", "LBTRAIN_PROGRESS": "plain"}
-    fs = FakeSlice(str(tmp_path / "fake"), worker_env={"0": worker})
-    (tmp_path / "tmp").mkdir()
-    env = {**fs.env, **gcs.env, "TMPDIR": str(tmp_path / "tmp")}
+    exp, fs, env = pool_of_fakes(tmp_path, gcs)
     runs, results = f"{gcs.root}/runs", tmp_path / "results"
     pool = [
         "--executor=tpu",
@@ -177,13 +163,13 @@ def test_a_killed_scheduler_is_adopted_and_an_interrupted_sweep_resumes(tmp_path
         "--only=b12_base,b32_legw",
     ]
     try:
-        first = reproduce(exp, runs, results, *pool, env=env, start_new_session=True)
+        first = reproduce_cli.start(exp, runs, results, *pool, env=env, start_new_session=True)
         wait_for_checkpoint(f"{runs}/b12_base", first)
         os.killpg(first.pid, signal.SIGKILL)  # the scheduler and its launchers; the runs live on
         first.wait()
         assert {n["state"] for n in fs.state()["nodes"].values()} == {"READY"}
 
-        second = reproduce(exp, runs, results, *pool, env=env)
+        second = reproduce_cli.start(exp, runs, results, *pool, env=env)
         lines = []
         wait_for_line(second, "b12_base: adopted: still running on small", lines)
         second.send_signal(signal.SIGTERM)
@@ -193,7 +179,7 @@ def test_a_killed_scheduler_is_adopted_and_an_interrupted_sweep_resumes(tmp_path
         assert launches_of(fs, "b12_base") == 1  # adopted, never started twice
         assert not rundir.path(f"{runs}/b12_base/results.json").exists()
 
-        third = reproduce(exp, runs, results, *pool, env=env)
+        third = reproduce_cli.start(exp, runs, results, *pool, env=env)
         out = third.communicate(timeout=600)[0]
     finally:
         fs.end_all_runs()

@@ -263,33 +263,16 @@ class Sweep:
             )
 
     def run(self) -> SweepState:
-        """Train the runs until none is left to start; returns the sweep's state."""
+        """Train the runs until none is left to start; returns the sweep's state. Ctrl-C or
+        SIGTERM at any point stops the live runs, lets the executor release what it holds, and
+        raises KeyboardInterrupt."""
         self.check()
         self.executor.bind(self._notify)
-        known = {r.name: r for r in self.known()}
-        for name, (slot, job) in self.executor.adopt(self.state, self._args_for).items():
-            if name in known:
-                self.running[name] = (slot, known[name], job)
-                rec = self.state.run(name)
-                rec.status, rec.slot = sweep_state.RUNNING, slot.name
-                self._notify(name, f"adopted: still running on {slot.name}")
         interrupted = False
         try:
             with _signals_as_interrupt():
-                while True:
-                    self._start_some()
-                    if not self.running:
-                        break
-                    while True:
-                        ended = {n: j.poll() for n, (_, _, j) in self.running.items()}
-                        ended = {n: c for n, c in ended.items() if c is not None}
-                        for name, code in ended.items():
-                            self._ended(name, code)
-                        if ended:
-                            break
-                        busy = {slot.name for slot, _, _ in self.running.values()}
-                        self.executor.tick([s for s in self.executor.slots() if s.name not in busy])
-                        time.sleep(self.poll_seconds)
+                self._adopt()
+                self._loop()
         except KeyboardInterrupt:
             interrupted = True
             self._interrupt()
@@ -300,6 +283,31 @@ class Sweep:
         if interrupted:
             raise KeyboardInterrupt
         return self.state
+
+    def _adopt(self) -> None:
+        known = {r.name: r for r in self.known()}
+        for name, (slot, job) in self.executor.adopt(self.state, self._args_for).items():
+            if name in known:
+                self.running[name] = (slot, known[name], job)
+                rec = self.state.run(name)
+                rec.status, rec.slot = sweep_state.RUNNING, slot.name
+                self._notify(name, f"adopted: still running on {slot.name}")
+
+    def _loop(self) -> None:
+        while True:
+            self._start_some()
+            if not self.running:
+                return
+            while True:
+                ended = {n: j.poll() for n, (_, _, j) in self.running.items()}
+                ended = {n: c for n, c in ended.items() if c is not None}
+                for name, code in ended.items():
+                    self._ended(name, code)
+                if ended:
+                    break
+                busy = {slot.name for slot, _, _ in self.running.values()}
+                self.executor.tick([s for s in self.executor.slots() if s.name not in busy])
+                time.sleep(self.poll_seconds)
 
     def _interrupt(self) -> None:
         """Stop every live run as a preemption would (each saves a checkpoint), wait for them."""
