@@ -5,8 +5,16 @@ plots.
     python scripts/reproduce.py --experiment=mnist_lstm --local --jobs=2
     # on a machine with GPUs: one run per GPU, or k runs sharing each
     python scripts/reproduce.py --experiment=mnist_lstm --local --devices=0,1 --runs_per_device=4
-    # commands for a cluster/TPU queue
+    # a full table on a pool of Cloud TPU slices: its cost first, then the runs
+    python scripts/reproduce.py --experiment=resnet50 --executor=tpu --slices=a:v4-32,b:v4-128 \
+        --zone=us-central2-b --runs_dir=gs://BUCKET/runs/resnet50 --data_dir=gs://BUCKET/tfds \
+        --estimate
+    python scripts/reproduce.py --experiment=resnet50 --executor=tpu --slices=a:v4-32,b:v4-128 \
+        --zone=us-central2-b --runs_dir=gs://BUCKET/runs/resnet50 --data_dir=gs://BUCKET/tfds \
+        --spot --delete
+    # commands for a queue of your own; then publish what ended there and render
     python scripts/reproduce.py --experiment=gnmt --print-commands
+    python scripts/reproduce.py --experiment=gnmt --runs_dir=gs://BUCKET/runs/gnmt --publish
     # render what has run so far
     python scripts/reproduce.py --experiment=gnmt --local --render
     python scripts/reproduce.py --experiment=ptb_small --local --only=b20_base_s0,b1280_legw_s0
@@ -26,7 +34,8 @@ grid at each batch size first, two more points where the best one sits on the gr
 best point's other seeds and the longer epoch budgets. Runs start budget runs first, then the
 grids and seeds from the largest batch down (``launch_order``). ``--print-commands`` prints the
 runs known so far. The scheduler (experiments/sweep/scheduler.py) is the same for every executor;
-an executor only starts runs (``--executor=local``: processes on this machine). A run that stops
+an executor only starts runs (``--executor=local``: processes on this machine; ``tpu``: a pool of
+Cloud TPU slices through scripts/tpu_launch.sh, scripts/tpupool/). A run that stops
 without ``results.json`` or ``failure.json`` (killed, a held workdir lock, missing data) is
 reported and tried again on the next pass; one that diverged is a result and is not. The
 protocol every experiment follows: docs/reproduce.md.
