@@ -80,6 +80,7 @@ def test_a_pool_of_two_slices_runs_a_plan_through_a_preemption_and_a_divergence(
         "--zone=us-central2-b",
         "--spot",
         "--delete",
+        "--idle_minutes=0",  # a slice with nothing left to run is deleted at once
     ]
     proc = reproduce_cli.start(exp, runs, results, *pool, env=env)
     try:
@@ -102,7 +103,8 @@ def test_a_pool_of_two_slices_runs_a_plan_through_a_preemption_and_a_divergence(
     assert rec["b32_div"]["status"] == "failed" and "b32_div: stopped: non-finite" in out
     assert {r["status"] for n, r in rec.items() if n != "b32_div"} == {"finished"}
     assert fs.state()["nodes"] == {}  # every slice deleted at the end
-    assert "deleted slice small" in out and "deleted slice big" in out
+    # big ran both batch-32 runs while small still held b12: idle, it went first
+    assert "deleted slice big (idle)" in out and "deleted slice small (the sweep has ended)" in out
     published = results / "pool_local" / "runs"
     assert sorted(os.listdir(published)) == ["b12_base", "b32_div", "b32_legw"]
     assert (published / "b32_div" / "failure.json").exists()
@@ -190,3 +192,35 @@ def test_a_killed_scheduler_is_adopted_and_an_interrupted_sweep_resumes(tmp_path
     assert "resuming from the checkpoint" in log
     assert fs.state()["nodes"] == {}
     assert sorted(os.listdir(results / "pool_local" / "runs")) == ["b12_base", "b32_legw"]
+
+
+@pytest.mark.slow
+def test_bad_input_is_one_line_before_anything_is_created(tmp_path, gcs):
+    """Each mistake ends the command with one line naming it, and no slice is created."""
+    exp, fs, env = pool_of_fakes(tmp_path, gcs)
+    runs, results = f"{gcs.root}/runs", tmp_path / "results"
+    base = ["--executor=tpu", "--zone=us-central2-b"]
+    cases = {
+        "slice 'a' is named twice": (runs, "--slices=a:v4-8,a:v4-16"),
+        "unknown TPU accelerator type 'v9-8'": (runs, "--slices=a:v9-8"),
+        "the TPU workers need a gs:// runs_dir": (str(tmp_path / "runs"), "--slices=a:v4-8"),
+        # batch 12 does not split over a v4-16's 8 devices
+        "no slot can take b12_base (batch 12)": (runs, "--slices=a:v4-16"),
+        f"--runs_dir: workdir gs://nobucket-{gcs.bucket}/r is not writable": (
+            f"gs://nobucket-{gcs.bucket}/r",
+            "--slices=a:v4-8",
+        ),
+    }
+    for message, (where, slices) in cases.items():
+        proc = reproduce_cli.run(exp, where, results, *base, slices, env=env, timeout=120)
+        lines = (proc.stdout + proc.stderr).strip().splitlines()
+        assert proc.returncode != 0 and message in lines[-1], (message, lines[-3:])
+    fs.update(accounts=[])  # nobody logged in
+    proc = reproduce_cli.run(exp, runs, results, *base, "--slices=a:v4-8", env=env, timeout=120)
+    assert proc.returncode != 0 and "gcloud has no active account" in proc.stderr.splitlines()[-1]
+    no_gcloud = {**env, "PATH": "/nonexistent"}
+    proc = reproduce_cli.run(
+        exp, runs, results, *base, "--slices=a:v4-8", env=no_gcloud, timeout=120
+    )
+    assert "gcloud is not on PATH" in proc.stderr.splitlines()[-1]
+    assert not [c for c in fs.calls() if "create" in c]

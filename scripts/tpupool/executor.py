@@ -301,7 +301,7 @@ class TpuExecutor:
         for slot in idle:
             since = self.idle_since.setdefault(slot.name, now)
             if self.delete and slot.name in self.created and now - since >= self.idle_s:
-                self._delete(slot.name, "idle")
+                print(self._delete(slot.name, "idle"), flush=True)
                 self.idle_since.pop(slot.name, None)
 
     def _delete(self, name: str, why: str) -> str:
