@@ -73,7 +73,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     config.data.name = "images"
     # imagenet (TFDS imagenet2012) | digits (sklearn, 8x8)
     config.data.source = "digits" if a.runlocal else "imagenet"
-    config.data.workers = 0 if a.runlocal else 16  # grain processes decoding, augmenting per host
+    # grain processes decoding, augmenting per host; -1: sized to the host (its cores less 2, within
+    # a share of its memory)
+    config.data.workers = 0 if a.runlocal else -1
     if a.runlocal:
         config.data.test_size = 300  # stratified held-out split of the 1,797 digits
         config.data.split_seed = 0

@@ -9,7 +9,8 @@ in-run.
 
 It times the step the training loop runs (``setup.build(config).train_step`` for
 ``configs/resnet50_imagenet.py``: forward, backward, LARS update, BatchNorm statistics, donated
-state) on synthetic normalised images, after warm-up; the median of ``--rounds`` is reported. Peers
+state) on synthetic uint8 images (normalised by the model on the device, as the real pipeline sends
+them), after warm-up; the median of ``--rounds`` is reported. Peers
 measured in the same run: each dtype against float32 at the same batch, each batch against the
 smallest one (per-image efficiency), and the achieved FLOP/s (XLA's own count of the lowered step)
 against the best dense matmul FLOP/s of this device in the same dtype.

@@ -111,3 +111,42 @@ def test_runlocal_digits_accuracy_well_above_chance(tmp_path):
     acc = [h["accuracy"] for h in result["history"]]
     assert acc[-1] > 0.9, acc  # chance is 0.1
     assert result["plan"]["optimizer"] == "lars"
+
+
+@pytest.mark.slow
+def test_imagenet_folder_trains_with_uint8_batches_normalised_on_the_device(tmp_path):
+    """A TFDS imagenet2012 folder (JPEG bytes, written without TensorFlow) through setup.build: the
+    host batches are uint8 of the model's input shape, the jitted train and eval steps normalise
+    them (model_args carries the ImageNet mean/std), and the loss is finite."""
+    import jax
+    import numpy as np
+
+    from lbtrain import setup
+    from lbtrain.data import images, tfds_folder
+
+    jpegs = tfds_folder.sample_photo_jpegs(10, seed=0)
+    tfds_folder.write_imagenet_folder(
+        tmp_path / "tfds",
+        {
+            "train": [(j, i % 3) for i, j in enumerate(jpegs[:8])],
+            "validation": [(j, 1) for j in jpegs[8:]],
+        },
+    )
+    cfg = config_lib.load_config(f"{CONFIG}:runlocal=True,batch=4")
+    cfg.unlock()
+    cfg.data = dict(
+        name="images", source="imagenet", dir=str(tmp_path / "tfds"), image_size=32, workers=0
+    )
+    cfg.model.in_channels, cfg.model.num_classes, cfg.model.width = 3, 3, 4
+    cfg.eval_batch_size = 2
+    run = setup.build(cfg)
+    assert run.data.model_args == {"input_norm": images.IMAGENET_NORM}
+    with jax.set_mesh(run.mesh):
+        state = run.state
+        for step in range(2):
+            batch = run.batches.batch_at(step)
+            assert batch["image"].dtype == np.uint8 and batch["image"].shape == (4, 32, 32, 3)
+            state, metrics = run.train_step(state, run.global_batch(batch))
+            assert np.isfinite(float(metrics["loss"]))
+        result = run.evaluate(state.params, state.model_state)["eval"].metrics
+    assert result["examples"] == 2 and np.isfinite(result["loss"])

@@ -17,6 +17,8 @@ or sentence pairs per batch row), ``num_train`` and the facts the model must sha
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
 from lbtrain import registry
@@ -43,13 +45,26 @@ def _random_lm(config, rows: int, rng: np.random.Generator) -> Dataset:
     return LanguageModelData(lm_corpus.Corpus(ids, ids, ids, vocab=None), window)
 
 
+@dataclasses.dataclass
+class _RawImages(ClassificationData):
+    """Classification data whose images the model normalises on the device (``input_norm``)."""
+
+    input_norm: tuple | None = None
+
+    @property
+    def model_args(self) -> dict:
+        return {"input_norm": self.input_norm} if self.input_norm else {}
+
+
 def _random_images(config, rows: int, rng: np.random.Generator) -> Dataset:
-    size = int(config.data.image_size) if config.data.source == "imagenet" else 8
+    imagenet = config.data.source == "imagenet"
+    size = int(config.data.image_size) if imagenet else 8
     shape = (rows, size, size, int(config.model.in_channels))
-    image = rng.normal(size=shape).astype(np.float32)
-    src = ArraySource(
-        image=image, label=rng.integers(0, config.model.num_classes, rows).astype(np.int32)
-    )
+    labels = rng.integers(0, config.model.num_classes, rows).astype(np.int32)
+    if imagenet:  # uint8, normalised by the model on the device, as the real pipeline sends them
+        src = ArraySource(image=rng.integers(0, 256, shape).astype(np.uint8), label=labels)
+        return _RawImages(src, src, input_norm=images.IMAGENET_NORM)
+    src = ArraySource(image=rng.normal(size=shape).astype(np.float32), label=labels)
     return ClassificationData(src, src)
 
 

@@ -1,37 +1,38 @@
 """Image classification data for the ResNet application, fed by a multi-worker grain pipeline.
 
 * ``source="imagenet"``: TFDS ``imagenet2012`` read by random access with ``tfds.data_source`` (no
-  TensorFlow). Train: random-resized crop (area 8-100 %, aspect 3/4-4/3) to ``image_size``, random
-  horizontal flip; eval: resize the shorter side to ``image_size / 0.875`` and take the centre crop.
-  Both normalise with the ImageNet channel mean/std.
+  TensorFlow), the images as their JPEG bytes. Train: random-resized crop (area 8-100 %, aspect
+  3/4-4/3) to ``image_size``, random horizontal flip; eval: resize the shorter side to
+  ``image_size / 0.875`` and take the centre crop. Only what the crop needs is decoded
+  (:mod:`lbtrain.data.jpeg`), and the examples leave the host as uint8: the model normalises them
+  with the ImageNet channel mean/std on the device (``model_args["input_norm"]``).
 * ``source="digits"``: the 1,797 real 8x8 handwritten digits of ``sklearn.datasets.load_digits()``
-  (a fixed stratified 300 as the test split), scaled to [0, 1] and normalised; a random 1-pixel
-  shift (zero padding) as training augmentation.
+  (a fixed stratified 300 as the test split), standardised here as float32; a random 1-pixel shift
+  (zero padding) as training augmentation.
 
-Batches: the example order is :func:`lbtrain.data.batching.epoch_order` of ``(seed, epoch)``, and
-every example's augmentation draws from a generator seeded by ``(seed, step, position in the global
-batch)``, so the batch at a step is a pure function of the step: a resumed run or another process
-computes exactly the same one. :class:`ImageBatches` builds that as a ``grain.MapDataset`` (random
-access by step) and iterates it with ``mp_prefetch`` worker processes that decode and augment ahead
-of the accelerator.
+Batching, determinism and the worker pool: :mod:`lbtrain.data.image_loader`.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from functools import partial
 
 import numpy as np
 
 from lbtrain import registry
+from lbtrain.data import jpeg
 from lbtrain.data.base import Dataset
-from lbtrain.data.batching import ArraySource, EpochBatches, epoch_order, process_slice
+from lbtrain.data.batching import ArraySource
+from lbtrain.data.image_loader import ImageBatches, RecordSource, eval_batches, resolve_workers
 from lbtrain.data.splits import stratified_split
 from lbtrain.errors import DataError
 
 IMAGENET_MEAN = np.asarray([0.485, 0.456, 0.406], np.float32) * 255
 IMAGENET_STD = np.asarray([0.229, 0.224, 0.225], np.float32) * 255
+# what the model does to a uint8 ImageNet batch on the device: (x - mean) / std per channel
+IMAGENET_NORM = (tuple(IMAGENET_MEAN.tolist()), tuple(IMAGENET_STD.tolist()))
 MANUAL_DIR = "~/tensorflow_datasets/downloads/manual"
 
 
@@ -42,6 +43,28 @@ def _resize(image: np.ndarray, height: int, width: int) -> np.ndarray:
     return np.asarray(Image.fromarray(image).resize((width, height), Image.BILINEAR))
 
 
+def crop_box(
+    h: int,
+    w: int,
+    rng: np.random.Generator,
+    area=(0.08, 1.0),
+    ratio=(3 / 4, 4 / 3),
+    attempts: int = 10,
+) -> tuple[int, int, int, int]:
+    """Inception-style crop box (top, left, height, width) of an ``h`` x ``w`` image: a random
+    ``area`` fraction with log-uniform aspect ``ratio`` (up to ``attempts`` tries, else the central
+    square). The draws from ``rng`` are the same whether the image is decoded or still bytes."""
+    for _ in range(attempts):
+        target = rng.uniform(*area) * h * w
+        aspect = np.exp(rng.uniform(np.log(ratio[0]), np.log(ratio[1])))
+        cw, ch = int(round(np.sqrt(target * aspect))), int(round(np.sqrt(target / aspect)))
+        if 0 < cw <= w and 0 < ch <= h:
+            top, left = int(rng.integers(0, h - ch + 1)), int(rng.integers(0, w - cw + 1))
+            return top, left, ch, cw
+    side = min(h, w)
+    return (h - side) // 2, (w - side) // 2, side, side
+
+
 def random_resized_crop(
     image: np.ndarray,
     size: int,
@@ -50,38 +73,32 @@ def random_resized_crop(
     ratio=(3 / 4, 4 / 3),
     attempts: int = 10,
 ) -> np.ndarray:
-    """Inception-style crop: a random box of ``area`` of the image with log-uniform aspect ``ratio``
-    (up to ``attempts`` tries, else the central crop), resized to ``size`` x ``size``."""
-    h, w = image.shape[:2]
-    for _ in range(attempts):
-        target = rng.uniform(*area) * h * w
-        aspect = np.exp(rng.uniform(np.log(ratio[0]), np.log(ratio[1])))
-        cw, ch = int(round(np.sqrt(target * aspect))), int(round(np.sqrt(target / aspect)))
-        if 0 < cw <= w and 0 < ch <= h:
-            top, left = int(rng.integers(0, h - ch + 1)), int(rng.integers(0, w - cw + 1))
-            return _resize(image[top : top + ch, left : left + cw], size, size)
-    side = min(h, w)
-    top, left = (h - side) // 2, (w - side) // 2
-    return _resize(image[top : top + side, left : left + side], size, size)
+    """:func:`crop_box` of ``image`` resized to ``size`` x ``size`` (PIL bilinear)."""
+    top, left, ch, cw = crop_box(*image.shape[:2], rng, area, ratio, attempts)
+    return _resize(image[top : top + ch, left : left + cw], size, size)
+
+
+def center_crop_shape(h: int, w: int, size: int, crop_fraction: float = 0.875) -> tuple[int, int]:
+    """The size an ``h`` x ``w`` image is resized to before its central ``size`` x ``size`` crop:
+    the shorter side ``size / crop_fraction``, the aspect kept."""
+    short = int(round(size / crop_fraction))
+    if h <= w:
+        return short, max(size, int(round(w * short / h)))
+    return max(size, int(round(h * short / w))), short
 
 
 def center_crop(image: np.ndarray, size: int, crop_fraction: float = 0.875) -> np.ndarray:
     """Resize the shorter side to ``size / crop_fraction``, then take the central ``size`` x
     ``size``."""
-    h, w = image.shape[:2]
-    short = int(round(size / crop_fraction))
-    nh, nw = (
-        (short, max(size, int(round(w * short / h))))
-        if h <= w
-        else (max(size, int(round(h * short / w))), short)
-    )
+    nh, nw = center_crop_shape(*image.shape[:2], size, crop_fraction)
     image = _resize(image, nh, nw)
     top, left = (nh - size) // 2, (nw - size) // 2
     return image[top : top + size, left : left + size]
 
 
 def normalize(image: np.ndarray) -> np.ndarray:
-    """``image`` (RGB) minus the ImageNet mean, over its standard deviation, as float32."""
+    """``image`` (RGB) minus the ImageNet mean, over its standard deviation, as float32 (the model
+    does this on the device, :data:`IMAGENET_NORM`; kept as the reference)."""
     return ((image.astype(np.float32) - IMAGENET_MEAN) / IMAGENET_STD).astype(np.float32)
 
 
@@ -93,20 +110,40 @@ def _rgb(record: dict) -> np.ndarray:
     return image
 
 
+def _encoded(record: dict) -> bytes | None:
+    image = record["image"]
+    return bytes(image) if isinstance(image, (bytes, np.bytes_)) else None
+
+
 def imagenet_train(record: dict, rng: np.random.Generator, size: int) -> dict:
-    """Training preprocessing of one ImageNet ``record``: a random resized ``size`` x ``size`` crop
-    and a random horizontal flip, normalised; returns ``{"image", "label"}``."""
-    image = random_resized_crop(_rgb(record), size, rng)
+    """Training preprocessing of one ImageNet ``record`` (its image JPEG bytes or an array): a
+    random resized ``size`` x ``size`` crop and a random horizontal flip, uint8 (normalised on the
+    device); returns ``{"image", "label"}``. From bytes the box an array would get is read off the
+    header's size, and the image decoded at the largest DCT reduction that box allows
+    (:mod:`lbtrain.data.jpeg`)."""
+    data = _encoded(record)
+    if data is None:
+        image = random_resized_crop(_rgb(record), size, rng)
+    else:
+        hdr = jpeg.header(data)
+        image = jpeg.crop_resize(data, crop_box(*hdr[:2], rng), size, hdr)
     if rng.random() < 0.5:
-        image = image[:, ::-1]
-    return {"image": normalize(image), "label": np.int32(record["label"])}
+        image = jpeg.hflip(image)
+    return {"image": image, "label": np.int32(record["label"])}
 
 
 def imagenet_eval(record: dict, rng: np.random.Generator, size: int) -> dict:
-    """Eval preprocessing of one ImageNet ``record``: the central ``size`` x ``size`` crop,
-    normalised (``rng`` is unused)."""
+    """Eval preprocessing of one ImageNet ``record`` (JPEG bytes or an array): the central ``size``
+    x ``size`` crop, uint8 (``rng`` is unused)."""
     del rng
-    return {"image": normalize(center_crop(_rgb(record), size)), "label": np.int32(record["label"])}
+    data = _encoded(record)
+    if data is None:
+        image = center_crop(_rgb(record), size)
+    else:
+        nh, nw = center_crop_shape(*jpeg.header(data)[:2], size)
+        top, left = (nh - size) // 2, (nw - size) // 2
+        image = jpeg.decode_resized(data, nh, nw)[top : top + size, left : left + size]
+    return {"image": np.ascontiguousarray(image), "label": np.int32(record["label"])}
 
 
 DIGITS_MEAN, DIGITS_STD = 4.88, 6.02  # over all 1,797 images (0..16 ink levels)
@@ -137,22 +174,6 @@ def digits_eval(record: dict, rng: np.random.Generator) -> dict:
 
 
 # --- sources -------------------------------------------------------------------------------------
-class RecordSource:
-    """One record at a time from a random-access source (``ArraySource`` or a TFDS data source)."""
-
-    def __init__(self, source):
-        self.source = source
-
-    def __len__(self) -> int:
-        return len(self.source)
-
-    def record(self, i: int) -> dict:
-        """Record ``i`` as a dict of arrays."""
-        if isinstance(self.source, ArraySource):
-            return {k: a[i] for k, a in self.source.arrays.items()}
-        return self.source[int(i)]
-
-
 def digits(test_size: int = 300, split_seed: int = 0) -> tuple[ArraySource, ArraySource]:
     """(train, test) sources of scikit-learn's 1,797 8x8 digits: a stratified ``test_size`` drawn
     with ``split_seed`` is the test split."""
@@ -180,97 +201,40 @@ def imagenet_split(split: str, data_dir: str | None):
         f"ILSVRC2012_img_val.tar (from image-net.org) in {MANUAL_DIR}, run `tfds build "
         "imagenet2012 --file_format=array_record`"
     )
-    return open_split("imagenet2012", split, data_dir, instead="use source=digits", prepare=prepare)
+    source = open_split(
+        "imagenet2012", split, data_dir, instead="use source=digits", prepare=prepare
+    )
+    if hasattr(source, "decoders"):  # TFDS's data source (not a test's stand-in)
+        import tensorflow_datasets as tfds
+
+        # the JPEG bytes as stored: the preprocessing decodes at the resolution its crop needs
+        source.decoders = {"image": tfds.decode.SkipDecoding()}
+    return source
 
 
-# --- batching ------------------------------------------------------------------------------------
-@dataclasses.dataclass
-class ImageBatches(EpochBatches):
-    """This process's share of the global training batches, decoded and augmented by grain
-    workers."""
-
-    source: RecordSource
-    preprocess: Callable[[dict, np.random.Generator], dict]
-    global_batch: int
-    seed: int
-    process_index: int = 0
-    process_count: int = 1
-    workers: int = 0  # grain worker processes (0: decode in this process)
-
-    def __post_init__(self):
-        super().__post_init__()
-        self.local_batch = len(
-            process_slice(np.arange(self.global_batch), self.process_index, self.process_count)
-        )
-        self._epoch, self._order = None, None
-
-    def example(self, k: int) -> dict:
-        """The ``k``-th example this process reads (step ``k // local_batch``), preprocessed."""
-        step, j = divmod(int(k), self.local_batch)
-        epoch, in_epoch = divmod(step, self.steps_per_epoch)
-        if epoch != self._epoch:  # one permutation per epoch (per worker)
-            self._epoch, self._order = epoch, epoch_order(self.seed, epoch, len(self.source))
-        position = self.process_index * self.local_batch + j  # in the global batch
-        index = self._order[in_epoch * self.global_batch + position]
-        rng = np.random.default_rng([self.seed, step, position])
-        return self.preprocess(self.source.record(index), rng)
-
-    def dataset(self, start_step: int = 0):
-        """The local batches from ``start_step`` on, as a ``grain.MapDataset`` (item ``i`` is the
-        batch of step ``start_step + i``)."""
-        import grain
-
-        first = start_step * self.local_batch
-        ds = grain.MapDataset.range(first, first + 10**15).map(self.example)
-        return ds.batch(self.local_batch, drop_remainder=True)
-
-    def batch_at(self, step: int) -> dict[str, np.ndarray]:
-        return self.dataset(step)[0]
-
-    def iterate(self, start_step: int = 0) -> Iterator[dict[str, np.ndarray]]:
-        import grain
-
-        it = self.dataset(start_step).to_iter_dataset(
-            grain.ReadOptions(num_threads=0, prefetch_buffer_size=0)
-        )
-        if self.workers > 0:
-            from absl import flags
-
-            # grain reads its absl flags; outside an absl app use their defaults
-            if not flags.FLAGS.is_parsed():
-                flags.FLAGS.mark_as_parsed()
-            it = it.mp_prefetch(
-                grain.MultiprocessingOptions(num_workers=self.workers, per_worker_buffer_size=2)
-            )
-        return iter(it)
-
-
-class PreprocessedSource:
-    """Eval examples (deterministic preprocessing) as a batch-indexable source for
-    ``eval_batches``."""
-
-    def __init__(self, source: RecordSource, preprocess):
-        self.source, self.preprocess = source, preprocess
-
-    def __len__(self) -> int:
-        return len(self.source)
-
-    def __getitem__(self, indices: np.ndarray) -> dict[str, np.ndarray]:
-        examples = [self.preprocess(self.source.record(int(i)), None) for i in indices]
-        return {k: np.stack([e[k] for e in examples]) for k in examples[0]}
-
-
+# --- the dataset -------------------------------------------------------------------------------
 @dataclasses.dataclass
 class ImageData(Dataset):
     train: RecordSource
     eval: RecordSource
     train_preprocess: Callable
     eval_preprocess: Callable
-    workers: int = 0
+    example_bytes: int  # of one preprocessed example on the host (sizes the worker pool)
+    # (mean, std) per channel the model applies on the device, or None (already normalised)
+    input_norm: tuple | None = None
+    workers: int = 0  # -1: sized to the host
     eval_splits: tuple[str, ...] = ("eval",)
     unit = "img"
 
+    @property
+    def model_args(self) -> dict:
+        return {"input_norm": self.input_norm} if self.input_norm else {}
+
+    def _workers(self, rows: int) -> int:
+        return resolve_workers(self.workers, rows * self.example_bytes)
+
     def train_batches(self, global_batch, seed, process_index=0, process_count=1):
+        workers = self._workers(global_batch // max(process_count, 1))
         return ImageBatches(
             self.train,
             self.train_preprocess,
@@ -278,38 +242,55 @@ class ImageData(Dataset):
             seed,
             process_index,
             process_count,
-            self.workers,
+            workers,
         )
 
     def eval_batches(self, split, batch, process_index=0, process_count=1):
-        from lbtrain.data.batching import eval_batches
-
+        workers = self._workers(batch // max(process_count, 1))
         return eval_batches(
-            PreprocessedSource(self.eval, self.eval_preprocess), batch, process_index, process_count
+            self.eval, self.eval_preprocess, batch, process_index, process_count, workers
         )
 
 
 def digits_data(test_size: int = 300, split_seed: int = 0):
-    """(train, eval, train preprocessing, eval preprocessing) of sklearn's digits; the images are
-    standardised once here (the training ones padded for the shift), not once an example."""
+    """(train, eval, train preprocessing, eval preprocessing, example bytes, device normalisation)
+    of sklearn's digits; the images are standardised once here (the training ones padded for the
+    shift), not once an example."""
     train, test = digits(test_size, split_seed)
     train = ArraySource(
         image=standardize_digits(train.arrays["image"], pad=1), label=train.arrays["label"]
     )
     test = ArraySource(image=standardize_digits(test.arrays["image"]), label=test.arrays["label"])
-    return RecordSource(train), RecordSource(test), digits_train, digits_eval
+    return (
+        RecordSource(train, "train"),
+        RecordSource(test, "test"),
+        digits_train,
+        digits_eval,
+        8 * 8 * 4,  # float32, normalised here
+        None,
+    )
 
 
 def imagenet_data(dir: str = "", image_size: int = 224):
-    """(train, eval, train preprocessing, eval preprocessing) of TFDS ``imagenet2012`` from the
-    data_dir ``dir`` ("": TFDS's default), cropped to ``image_size``."""
+    """(train, eval, train preprocessing, eval preprocessing, example bytes, device normalisation)
+    of TFDS ``imagenet2012`` from the data_dir ``dir`` ("": TFDS's default), cropped to
+    ``image_size``: the JPEG bytes are read undecoded, decoded at the resolution the crop needs,
+    and the examples stay uint8 until the device."""
     size = int(image_size)
-    train = RecordSource(imagenet_split("train", dir))
-    valid = RecordSource(imagenet_split("validation", dir))
-    return train, valid, partial(imagenet_train, size=size), partial(imagenet_eval, size=size)
+    train = RecordSource(imagenet_split("train", dir), "train")
+    valid = RecordSource(imagenet_split("validation", dir), "validation")
+    return (
+        train,
+        valid,
+        partial(imagenet_train, size=size),
+        partial(imagenet_eval, size=size),
+        size * size * 3,
+        IMAGENET_NORM,
+    )
 
 
-# data.source -> (train, eval, train and eval preprocessing); each reads its own data.* keys
+# data.source -> (train, eval, train and eval preprocessing, example bytes, device normalisation);
+# each reads its own data.* keys
 SOURCES = {"digits": digits_data, "imagenet": imagenet_data}
 
 
@@ -322,8 +303,9 @@ def load(
     **source_args,
 ) -> ImageData:
     """The images of ``source`` (a key of :data:`SOURCES`; ``source_args`` are the keys it reads),
-    decoded by ``workers`` grain processes (0: in this process). Builds no artefact: ``workdir`` and
-    ``is_writer`` are unused."""
+    decoded by ``workers`` grain processes (0: in this process; -1: sized to the host, training
+    and eval alike, :func:`~lbtrain.data.image_loader.auto_workers`). Builds no artefact:
+    ``workdir`` and ``is_writer`` are unused."""
     del workdir, is_writer
     block = {"source": source, **source_args}
     parts = registry.make(SOURCES, block, path="data", key="source", also=("workers",))
