@@ -13,7 +13,9 @@ by its own statistics, like a smaller global batch.) Running averages live in ``
 variables (the train state's ``model_state``). ``zero_init_last_bn`` starts each block's last BN
 scale at 0, so every residual block begins as the identity (Goyal et al. 2017). ``dtype`` is the
 compute dtype (bfloat16 on accelerators), ``param_dtype`` the parameters' (float32 by default); BN
-statistics and the logits stay float32.
+statistics and the logits stay float32. ``input_norm`` (from the dataset's ``model_args``) is the
+per-channel (mean, std) the model applies to raw uint8 images inside the jitted step, in float32,
+before the cast to the compute dtype: the host sends a quarter of the bytes.
 
 Parameter names decide the LARS / weight-decay masks (:mod:`lbtrain.optim.masks`): convolution and
 dense ``kernel`` leaves have ndim >= 2 and get both; BN ``scale``/``bias`` and the dense ``bias``
@@ -54,6 +56,15 @@ def _bn(features, rngs, dtype, param_dtype, zero_scale=False):
         rngs=rngs,
         scale_init=scale_init,
     )
+
+
+def normalize_input(images: jax.Array, input_norm: tuple | None) -> jax.Array:
+    """``(images - mean) / std`` per channel in float32 for ``input_norm = (mean, std)``; the images
+    unchanged for None."""
+    if input_norm is None:
+        return images
+    mean, std = (jnp.asarray(v, jnp.float32) for v in input_norm)
+    return (images.astype(jnp.float32) - mean) / std
 
 
 class Block(nnx.Module):
@@ -129,8 +140,16 @@ class ResNet(nnx.Module):
         label_smoothing: float = 0.0,
         dtype=None,
         param_dtype=jnp.float32,
+        input_norm: tuple | None = None,
     ):
         dtype = resolve(dtype, "model.dtype")
+        # (mean, std) per channel, from the dataset (model_args): the host sends uint8 and the
+        # step normalises on the device; plain floats, so they live in the graph, not the state
+        self.input_norm = (
+            None
+            if input_norm is None
+            else tuple(tuple(float(v) for v in part) for part in input_norm)
+        )
         param_dtype = resolve(param_dtype, "model.param_dtype")
         kind, counts = choose(STAGES, depth, "model.depth")
         choose(STEMS, stem, "model.stem")
@@ -176,8 +195,10 @@ class ResNet(nnx.Module):
         )
 
     def __call__(self, images: jax.Array) -> jax.Array:
-        """``images`` (B, H, W, C) float (normalised) -> logits (B, num_classes) float32."""
-        x = images.astype(self.dtype or jnp.float32)
+        """``images`` (B, H, W, C) -> logits (B, num_classes) float32. With ``input_norm`` the
+        images are raw (uint8) and normalised here in float32 before the cast to the compute dtype;
+        without, they arrive normalised."""
+        x = normalize_input(images, self.input_norm).astype(self.dtype or jnp.float32)
         x = jax.nn.relu(self.stem_norm(self.stem(x)))
         if self.stem_kind == "imagenet":
             x = nnx.max_pool(x, (3, 3), strides=(2, 2), padding="SAME")
