@@ -9,6 +9,7 @@ import sys
 import jax
 import numpy as np
 import pytest
+from forced_devices import xla_flags  # tests/ is on sys.path (conftest.py)
 
 from lbtrain import config_lib, loop, setup
 from lbtrain.checkpoint import Checkpointer
@@ -23,7 +24,7 @@ ARGS = [
 
 
 def start(workdir, devices):
-    env = dict(os.environ, XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}")
+    env = dict(os.environ, XLA_FLAGS=xla_flags(devices))
     return subprocess.Popen(
         [sys.executable, "-m", "lbtrain.main", *ARGS, f"--workdir={workdir}"],
         cwd=ROOT,

@@ -6,6 +6,7 @@ import subprocess
 import sys
 
 import pytest
+from forced_devices import xla_flags  # tests/ is on sys.path (conftest.py)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MNIST = "--config=configs/mnist_lstm.py:runlocal=True"
@@ -94,7 +95,7 @@ CASES = {
 
 
 def lbtrain(workdir, *args):
-    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8")
+    env = dict(os.environ, XLA_FLAGS=xla_flags(8))
     return subprocess.run(
         [sys.executable, "-m", "lbtrain.main", *args, f"--workdir={workdir}"],
         cwd=ROOT,

@@ -14,6 +14,7 @@ import textwrap
 import jax
 import numpy as np
 import pytest
+from forced_devices import xla_flags  # tests/ is on sys.path (conftest.py)
 
 from lbtrain import config_lib, parallel
 from lbtrain.errors import ShardingError
@@ -76,7 +77,7 @@ SCRIPT = textwrap.dedent(
 
 @pytest.fixture(scope="module")
 def eight_devices() -> dict:
-    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8")
+    env = dict(os.environ, XLA_FLAGS=xla_flags(8))
     proc = subprocess.run(
         [sys.executable, "-c", SCRIPT],
         env=env,

@@ -7,6 +7,8 @@ import subprocess
 import sys
 import textwrap
 
+from forced_devices import xla_flags  # tests/ is on sys.path (conftest.py)
+
 SCRIPT = textwrap.dedent(
     """
     import json, os, sys
@@ -91,7 +93,7 @@ SCRIPT = textwrap.dedent(
 
 
 def test_one_device_equals_eight_devices():
-    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8")
+    env = dict(os.environ, XLA_FLAGS=xla_flags(8))
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     proc = subprocess.run(
         [sys.executable, "-c", SCRIPT],

@@ -8,6 +8,7 @@ import sys
 import textwrap
 
 import pytest
+from forced_devices import xla_flags  # tests/ is on sys.path (conftest.py)
 
 from lbtrain import config_lib, loop, optim
 
@@ -55,7 +56,7 @@ SCRIPT = textwrap.dedent(
 
 
 def test_batchnorm_statistics_are_global_eight_devices_equal_one():
-    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8")
+    env = dict(os.environ, XLA_FLAGS=xla_flags(8))
     proc = subprocess.run(
         [sys.executable, "-c", SCRIPT],
         env=env,

@@ -14,6 +14,7 @@ import time
 import pytest
 import reproduce_cli
 from fake_gcloud import FakeSlice  # tests/ is on sys.path (conftest.py)
+from forced_devices import xla_flags  # tests/ is on sys.path (conftest.py)
 
 from lbtrain import rundir
 
@@ -114,9 +115,7 @@ def test_a_pool_of_two_slices_runs_a_plan_through_a_preemption_and_a_divergence(
     devices = {"small": 4, "big": 8}
     for slot in ("small", "big"):
         names = [n for n, r in rec.items() if r["slot"] == slot]
-        flags = os.environ | {
-            "XLA_FLAGS": f"--xla_force_host_platform_device_count={devices[slot]}"
-        }
+        flags = os.environ | {"XLA_FLAGS": xla_flags(devices[slot])}
         local = reproduce_cli.start(
             exp, local_runs, local_results, f"--only={','.join(names)}", env=flags
         )
