@@ -123,8 +123,9 @@ class LocalExecutor:
         return slot_env(device, self.runs_per_device)
 
     def start(self, slot: Slot, run, args: list[str], workdir: str, record) -> _Process:
-        job = _Process([*self.program, *args], self.env(slot), workdir)
-        record.launch = {"pid": job.pid, **self.env(slot)}
+        env = self.env(slot)
+        job = _Process([*self.program, *args], env, workdir)
+        record.launch = {"pid": job.pid, **env}
         return job
 
     def bind(self, notify) -> None:
