@@ -17,6 +17,7 @@ from storage_faults import run_without_file_permission_override, tiny_tmpfs
 
 from lbtrain import rundir
 from lbtrain.errors import StorageError
+from lbtrain.rundir.lockstore import GcsStore, LocalStore
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -226,6 +227,27 @@ def test_dead_owner_is_taken_over_with_a_warning(where, tmp_path, request, capsy
     held.release()
 
 
+@pytest.mark.parametrize("where", ["local", "gcs"])
+def test_a_late_taker_of_a_dead_lock_never_removes_the_winners(where, tmp_path, request, capsys):
+    """Two runs judged the same dead lock; the first took it over. The second, acting on what it
+    read, must fail without touching the winner's lock (a takeover is one conditional rewrite:
+    the GCS emulator ignores preconditions on a delete, so remove-then-create lost it there)."""
+    wd = workdir_for(where, tmp_path, request)
+    plant_lock(wd, socket.gethostname(), dead_pid(), time.time())
+    late = rundir.RunLock(wd, heartbeat_s=0)
+    late.store = GcsStore(late.path) if where == "gcs" else LocalStore(late.path)
+    data, stale = late.store.read()  # what the late run read and judged dead
+    winner = rundir.lock(wd, heartbeat_s=0)
+    late.owner = {"host": socket.gethostname(), "pid": os.getpid(), "token": "late"}
+    assert late._take_over_if_dead(json.loads(data), stale) is None
+    assert rundir.read_json(f"{wd}/run.lock")["token"] == winner.owner["token"]
+    with pytest.raises(rundir.WorkdirLocked, match=f"pid {os.getpid()},"):
+        rundir.lock(wd, heartbeat_s=0)  # and the winner, alive, is judged so
+    winner.release()
+    assert not epath.Path(f"{wd}/run.lock").exists()
+    capsys.readouterr()
+
+
 def test_other_host_is_judged_by_its_heartbeat(tmp_path, capsys):
     wd = str(tmp_path)
     plant_lock(wd, "another-host", 1, time.time() - 5)
@@ -259,17 +281,25 @@ def test_non_writer_takes_no_lock(tmp_path):
 
 
 RACER = textwrap.dedent("""
-    import sys, time
+    import os, sys, time
     from lbtrain import rundir
-    workdir, start = sys.argv[1], float(sys.argv[2])
+    workdir, start, tally = sys.argv[1], float(sys.argv[2]), sys.argv[3]
     time.sleep(max(start - time.time(), 0))
+
+    def attempted():  # every racer marks its attempt; the winner holds until all four have tried
+        open(os.path.join(tally, str(os.getpid())), "w").close()
+
     try:
         held = rundir.lock(workdir, heartbeat_s=0)
     except rundir.WorkdirLocked as e:
+        attempted()
         print("lost", e, flush=True)
     else:
+        attempted()
+        deadline = time.time() + 90
+        while len(os.listdir(tally)) < 4 and time.time() < deadline:
+            time.sleep(0.05)
         print("won", flush=True)
-        time.sleep(3)
         held.release()
 """)
 
@@ -282,10 +312,12 @@ def test_racing_processes_exactly_one_wins(where, previous, tmp_path, request):
     extra = request.getfixturevalue("gcs").env if where == "gcs" else {}
     if previous == "dead":
         plant_lock(wd, socket.gethostname(), dead_pid(), time.time())
-    start = time.time() + 4  # all four start their attempt at the same instant
+    start = time.time() + 4  # all four start their attempt at about the same instant
+    tally = tmp_path / "attempts"  # on a slow machine a racer may start late: the winner waits
+    tally.mkdir()
     procs = [
         subprocess.Popen(
-            [sys.executable, "-c", RACER, wd, str(start)],
+            [sys.executable, "-c", RACER, wd, str(start), str(tally)],
             cwd=ROOT,
             text=True,
             env=dict(os.environ, PYTHONPATH=ROOT, **extra),
