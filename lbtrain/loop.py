@@ -166,7 +166,8 @@ class _Session:
 def _iterate(s: _Session, preemption: PreemptionWatch) -> bool:
     """Train from the state's step to the end; returns False when a preemption stopped it (saved).
 
-    The host never waits for the device between unlogged steps. A logged step's numbers (its metrics
+    The host waits for the device between unlogged steps only to stay at most
+    ``parallel.DISPATCH_AHEAD`` steps ahead of it. A logged step's numbers (its metrics
     and a copy of the bad-update record) are read after the next step has been dispatched, so the
     device is busy while the host reads, judges and writes them; a bad update still ends the run one
     update later, naming the first bad step, and is never checkpointed (the save judges the state
@@ -181,8 +182,10 @@ def _iterate(s: _Session, preemption: PreemptionWatch) -> bool:
     # where assembling global arrays in Python took half the loop's host time on a small model
     feed = run.global_batch if jax.process_count() > 1 else _as_is
     pending = None
+    window = parallel.DispatchWindow()  # the metrics of the steps not yet waited for
     while step < total:
         s.state, metrics = run.train_step(s.state, feed(next(data_iter)))
+        window.push(metrics)
         step += 1
         if step == first + 1:  # this step compiled the train step: rates and the ETA start after it
             jax.block_until_ready(s.state)

@@ -9,7 +9,9 @@ over the batch in model code for no gain here.
 
 from __future__ import annotations
 
+import collections
 import os
+from typing import Any
 
 import jax
 import numpy as np
@@ -146,6 +148,31 @@ def to_global(local_batch: dict[str, np.ndarray], mesh: Mesh) -> dict[str, jax.A
     """Assemble each process's slice into global arrays sharded along ``'data'``."""
     sharding = batch_sharding(mesh)
     return {k: jax.make_array_from_process_local_data(sharding, v) for k, v in local_batch.items()}
+
+
+# How many dispatched steps a loop lets run ahead of the device. On forced host devices (tests,
+# debugging on 8 CPU "devices") a loop that queued every step hung on a loaded CPU: some devices
+# waited in a collective's rendezvous while the others waited for one of the 32 in-flight slots
+# XLA's CPU client gives each device (docs/performance.md). Accelerators lose nothing: four to
+# eight queued steps keep any device busy while the host waits.
+DISPATCH_AHEAD = 8
+
+
+class DispatchWindow:
+    """Bound how far a loop dispatches ahead of the device: ``push`` one output of each step (never
+    a donated one). Once more than ``depth`` are held, wait for all but the newest ``depth // 2``:
+    one wait every ``depth // 2 + 1`` steps (a wait costs the host more than a small step's
+    dispatch), never more than ``depth + 1`` steps unfinished."""
+
+    def __init__(self, depth: int = DISPATCH_AHEAD):
+        self.depth = depth
+        self._held: collections.deque = collections.deque()
+
+    def push(self, outputs: Any) -> None:
+        self._held.append(outputs)
+        if len(self._held) > self.depth:
+            older = [self._held.popleft() for _ in range(len(self._held) - self.depth // 2)]
+            jax.block_until_ready(older)
 
 
 def is_writer() -> bool:

@@ -12,6 +12,7 @@ import sys
 import textwrap
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 from forced_devices import xla_flags  # tests/ is on sys.path (conftest.py)
@@ -126,6 +127,20 @@ def test_padded_sentences_never_reach_bleu(eight_devices):
     assert (decoded_8, decoded_4) == (32, 24)  # two batches, padding decoded but left out
     assert len(hyps_8) == 24 and hyps_8 == hyps_4
     assert_same(on_8, on_4, "tokens", ("bleu", "chrf"))
+
+
+def test_dispatch_window_keeps_at_most_depth_steps_unfinished():
+    """The eval and train loops push each step's output; after a push all but the newest ``depth``
+    are done. (Without the bound, XLA's CPU client deadlocked an 8-device eval loop on two loaded
+    cores.)"""
+    slow = jax.jit(lambda x: jnp.linalg.matrix_power(x, 512))
+    x = jnp.eye(192) * 1.001
+    window, outs = parallel.DispatchWindow(depth=4), []
+    for _ in range(11):
+        outs.append(slow(x))
+        window.push({"out": outs[-1]})
+        assert all(o.is_ready() for o in outs[:-4]), [o.is_ready() for o in outs]
+    np.testing.assert_allclose(np.asarray(outs[-1])[0, 0], 1.001**512, rtol=1e-3)
 
 
 def test_pad_rows_copies_the_last_row_with_weight_zero():

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import tensorflow_datasets as tfds
 
-from lbtrain import config_lib, loop
+from lbtrain import config_lib, loop, parallel
 from lbtrain.metrics import read_jsonl
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -111,15 +111,26 @@ def test_the_loop_reads_a_logged_step_only_after_dispatching_the_next(tmp_path, 
     events = []
     step = run.train_step
 
+    metrics_of = {}  # id of a step's metrics -> the step
+
     def train_step(state, batch):
         events.append(("dispatch", len([e for e in events if e[0] == "dispatch"]) + 1))
-        return step(state, batch)
+        state, metrics = step(state, batch)
+        metrics_of[id(metrics)] = events[-1][1]
+        return state, metrics
 
-    reads = []
-    real_get = jax.device_get
+    reads, waits = [], []
+    real_get, real_wait = jax.device_get, jax.block_until_ready
     monkeypatch.setattr(
         loop.jax, "device_get", lambda x: (reads.append(len(events)), real_get(x))[1]
     )
+
+    def block_until_ready(x):
+        for item in x if isinstance(x, list) else [x]:
+            waits.append((len(events), metrics_of.get(id(item))))
+        return real_wait(x)
+
+    monkeypatch.setattr(loop.jax, "block_until_ready", block_until_ready)
     log = loop._Session.log
     monkeypatch.setattr(
         loop._Session,
@@ -146,3 +157,12 @@ def test_the_loop_reads_a_logged_step_only_after_dispatching_the_next(tmp_path, 
     quiet = {n for kind, n in events if kind == "dispatch" and n % 10 not in (0, 1)}
     at = [sum(1 for e in events[:i] if e[0] == "dispatch") for i in reads]
     assert not quiet & set(at), sorted(quiet & set(at))
+    # and the host stays at most DISPATCH_AHEAD steps ahead: every step's metrics are waited for
+    # once, after at most DISPATCH_AHEAD later steps were dispatched and before the newest
+    # DISPATCH_AHEAD // 2 (those still compute while the host waits)
+    ahead = parallel.DISPATCH_AHEAD
+    waited = [(m, sum(1 for e in events[:i] if e[0] == "dispatch")) for i, m in waits if m]
+    steps = sorted(m for m, _ in waited)
+    assert len(set(steps)) == len(steps) and set(range(1, total - ahead + 1)) <= set(steps), waited
+    assert all(ahead // 2 <= n - m <= ahead for m, n in waited), waited
+    assert len({n for _, n in waited}) <= total // (ahead // 2 + 1), waited  # waits are batched

@@ -18,6 +18,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from flax import nnx
 
 from lbtrain import parallel
@@ -51,12 +52,19 @@ class MetricEvaluator:
         self.rows = parallel.padded_batch(eval_batch, mesh)
         repl, rows = parallel.replicated(mesh), parallel.batch_sharding(mesh)
 
-        def eval_step(params, model_state, carry, batch):
+        def metrics(params, model_state, carry, batch):
             return task.eval_metrics(nnx.merge(graphdef, params, model_state), batch, carry)
 
+        def eval_step(params, model_state, totals, carry, batch):
+            # the running sums are added on the device: one program a batch
+            sums, carry = metrics(params, model_state, carry, batch)
+            return jax.tree.map(jnp.add, totals, sums), carry
+
+        self.metrics, self.repl = metrics, repl
         self.step = jax.jit(
-            eval_step, in_shardings=(repl, repl, rows, rows), out_shardings=(repl, rows)
+            eval_step, in_shardings=(repl, repl, repl, rows, rows), out_shardings=(repl, rows)
         )
+        self.zeros = None  # the sums' zeros, from their shapes at the first batch
         self.initial_carry = jax.device_put(
             task.init_carry(nnx.merge(graphdef, params, model_state), self.rows), rows
         )
@@ -72,9 +80,16 @@ class MetricEvaluator:
         """The task's summarised metrics of ``split`` at ``params``, summed over every eval
         batch."""
         totals, carry = None, self.initial_carry
+        window = parallel.DispatchWindow()
         for batch in self.batches(split):
-            sums, carry = self.step(params, model_state, carry, batch)
-            totals = sums if totals is None else jax.tree.map(jnp.add, totals, sums)
+            if self.zeros is None:
+                shapes, _ = jax.eval_shape(self.metrics, params, model_state, carry, batch)
+                zeros = jax.tree.map(lambda s: np.zeros(s.shape, s.dtype), shapes)
+                self.zeros = jax.device_put(zeros, self.repl)
+            totals, carry = self.step(
+                params, model_state, self.zeros if totals is None else totals, carry, batch
+            )
+            window.push(totals)
         return self.task.summarize({k: float(v) for k, v in jax.device_get(totals).items()})
 
     def __call__(self, params, model_state) -> dict[str, SplitResult]:
