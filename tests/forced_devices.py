@@ -1,7 +1,9 @@
 """XLA_FLAGS for a process that plays ``n`` devices on the host CPU. Their collectives meet in a
 rendezvous that XLA aborts after 40 s by default; on two loaded cores (the suite's other worker,
-a benchmark beside it) eight device threads can take longer than that to arrive, so the flags give
-them ten minutes: a slow machine then runs slowly instead of aborting."""
+a benchmark beside it) eight device threads may arrive late, so the flags allow ten minutes and
+print XLA's "may be stuck" lines after two. A true hang still ends at the test's own timeout with
+those lines in its stderr: that is how the eval loop's deadlock on queued batches showed itself
+before the loops bounded how far they run ahead (``lbtrain.parallel.DispatchWindow``)."""
 
 
 def xla_flags(n: int) -> str:
