@@ -5,6 +5,11 @@ print XLA's "may be stuck" lines after two. A true hang still ends at the test's
 those lines in its stderr: that is how the eval loop's deadlock on queued batches showed itself
 before the loops bounded how far they run ahead (``lbtrain.parallel.DispatchWindow``)."""
 
+import json
+import os
+import subprocess
+import sys
+
 
 def xla_flags(n: int) -> str:
     return (
@@ -13,3 +18,19 @@ def xla_flags(n: int) -> str:
         "--xla_cpu_collective_call_terminate_timeout_seconds=600 "
         "--xla_cpu_collective_timeout_seconds=600"
     )
+
+
+def run_script(script: str, n: int = 8, timeout: float = 600) -> dict:
+    """Run ``script`` (Python source) in a fresh process playing ``n`` devices, from the repo root;
+    it must exit 0 and print a JSON object as its last line, which is returned."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    proc = subprocess.run(
+        [sys.executable, "-c", script],
+        env=dict(os.environ, XLA_FLAGS=xla_flags(n)),
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])

@@ -5,17 +5,14 @@ devices in one subprocess (the device count is fixed when JAX starts), each eval
 initial parameters with an eval batch that does not divide the devices and one that does.
 """
 
-import json
 import os
-import subprocess
-import sys
 import textwrap
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from forced_devices import xla_flags  # tests/ is on sys.path (conftest.py)
+from forced_devices import run_script  # tests/ is on sys.path (conftest.py)
 
 from lbtrain import config_lib, parallel
 from lbtrain.errors import ShardingError
@@ -78,17 +75,7 @@ SCRIPT = textwrap.dedent(
 
 @pytest.fixture(scope="module")
 def eight_devices() -> dict:
-    env = dict(os.environ, XLA_FLAGS=xla_flags(8))
-    proc = subprocess.run(
-        [sys.executable, "-c", SCRIPT],
-        env=env,
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    return run_script(SCRIPT, 8)
 
 
 def assert_same(padded: dict, whole: dict, count: str, exact: tuple[str, ...]) -> None:

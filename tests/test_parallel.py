@@ -1,13 +1,9 @@
 """The same step on 1 and on 8 (simulated CPU) devices gives the same loss, params and carried
 state."""
 
-import json
-import os
-import subprocess
-import sys
 import textwrap
 
-from forced_devices import xla_flags  # tests/ is on sys.path (conftest.py)
+from forced_devices import run_script  # tests/ is on sys.path (conftest.py)
 
 SCRIPT = textwrap.dedent(
     """
@@ -93,18 +89,7 @@ SCRIPT = textwrap.dedent(
 
 
 def test_one_device_equals_eight_devices():
-    env = dict(os.environ, XLA_FLAGS=xla_flags(8))
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    proc = subprocess.run(
-        [sys.executable, "-c", SCRIPT],
-        env=env,
-        cwd=root,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    out = run_script(SCRIPT, 8)
     for optimizer in ("momentum", "lars"):
         r = out[optimizer]
         assert r["loss_diff"] < 1e-5, r

@@ -1,14 +1,11 @@
 """ResNet end to end: BatchNorm over the global batch (8 devices = 1), the LEGW table as configs,
 the optimizer comparison configs, and a runlocal run on the digits well above chance."""
 
-import json
 import os
-import subprocess
-import sys
 import textwrap
 
 import pytest
-from forced_devices import xla_flags  # tests/ is on sys.path (conftest.py)
+from forced_devices import run_script  # tests/ is on sys.path (conftest.py)
 
 from lbtrain import config_lib, loop, optim
 
@@ -56,17 +53,7 @@ SCRIPT = textwrap.dedent(
 
 
 def test_batchnorm_statistics_are_global_eight_devices_equal_one():
-    env = dict(os.environ, XLA_FLAGS=xla_flags(8))
-    proc = subprocess.run(
-        [sys.executable, "-c", SCRIPT],
-        env=env,
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    r = json.loads(proc.stdout.strip().splitlines()[-1])
+    r = run_script(SCRIPT, 8)
     assert r["loss"] < 1e-5 and r["params"] < 1e-5 and r["stats"] < 1e-5, r
     assert r["losses"][0] != r["losses"][2] and r["stats_change"] > 0.01, r
 
