@@ -1,37 +1,23 @@
 """scripts/bench_hostmem.py: a tiny end-to-end run (no timing asserted)."""
 
-import json
-import os
 import platform
-import subprocess
-import sys
 
 import pytest
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from script_module import run_bench  # tests/ is on sys.path (conftest.py)
 
 
 @pytest.mark.slow
 def test_each_mode_runs_in_its_own_process_and_the_json_compares_them(tmp_path):
-    out = tmp_path / "hostmem.json"
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "scripts/bench_hostmem.py",
-            "--config=configs/ptb_lstm.py:runlocal=True",
-            "--batches=8",
-            "--rounds=2",
-            "--tokens=10",
-            "--repeats=1",
-            f"--json={out}",
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=600,
+    result, stdout = run_bench(
+        "bench_hostmem",
+        tmp_path,
+        "--config=configs/ptb_lstm.py:runlocal=True",
+        "--batches=8",
+        "--rounds=2",
+        "--tokens=10",
+        "--repeats=1",
     )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    row = json.loads(out.read_text())["results"][0]
+    row = result["results"][0]
     assert row["batch"] == 8
     applied = {mode: row["runs"][mode][0]["state"]["mode"] for mode in ("system", "reuse")}
     assert applied == {
@@ -49,4 +35,4 @@ def test_each_mode_runs_in_its_own_process_and_the_json_compares_them(tmp_path):
     assert row["reuse_over_system"] == pytest.approx(
         row["reuse"]["tokens_per_s"] / row["system"]["tokens_per_s"]
     )
-    assert "| 8 | reuse / system |" in proc.stdout
+    assert "| 8 | reuse / system |" in stdout

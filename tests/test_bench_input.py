@@ -1,44 +1,30 @@
 """scripts/bench_input.py runs end to end on a tiny setting and writes a consistent JSON (no
 timing asserted)."""
 
-import json
 import math
-import os
-import subprocess
-import sys
 
 import pytest
+from script_module import run_bench  # tests/ is on sys.path (conftest.py)
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 STAGES = ("read", "decode", "decode_full", "crop_resize", "example", "pil_decode", "old_path")
 
 
 @pytest.mark.slow
 def test_tiny_run_writes_consistent_json(tmp_path):
-    out = tmp_path / "bench.json"
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "scripts/bench_input.py",
-            "--images=6",
-            "--image_size=32",
-            "--batch=2",
-            "--rounds=1",
-            "--min_time=0",
-            "--batch_time=0",
-            "--draws=2",
-            "--resnet_depth=18",
-            "--resnet_image_size=16",
-            "--resnet_batch=2",
-            f"--json={out}",
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=600,
+    r, stdout = run_bench(
+        "bench_input",
+        tmp_path,
+        "--images=6",
+        "--image_size=32",
+        "--batch=2",
+        "--rounds=1",
+        "--min_time=0",
+        "--batch_time=0",
+        "--draws=2",
+        "--resnet_depth=18",
+        "--resnet_image_size=16",
+        "--resnet_batch=2",
     )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    r = json.loads(out.read_text())
     assert r["hardware"]["cpu_model"] and r["code"]["commit"]
     assert r["images"]["count"] == 6 and r["images"]["large"] == 1
     assert sum(r["images"]["sizes"].values()) == 6
@@ -81,4 +67,4 @@ def test_tiny_run_writes_consistent_json(tmp_path):
         63_800 / per_core["batch_per_core_all"]
     )
     assert r["feeds"]["bound_here"] in ("step", "pipeline")
-    assert "example / old path" in proc.stdout
+    assert "example / old path" in stdout

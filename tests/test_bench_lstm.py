@@ -1,14 +1,8 @@
 """scripts/bench_lstm.py: the hand FLOP count and a tiny end-to-end run (no timing asserted)."""
 
-import json
-import os
-import subprocess
-import sys
-
 import pytest
 from benchlib.lstm_steps import step_flops  # scripts/ is on sys.path (conftest.py)
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from script_module import run_bench  # tests/ is on sys.path (conftest.py)
 
 
 def test_flop_count_by_hand():
@@ -21,25 +15,15 @@ def test_flop_count_by_hand():
 
 @pytest.mark.slow
 def test_tiny_run_writes_json(tmp_path):
-    out = tmp_path / "bench.json"
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "scripts/bench_lstm.py",
-            "--sizes=small",
-            "--batches=4",
-            "--rounds=1",
-            "--min_time=0.01",
-            "--impls=lbtrain,lbtrain-autodiff-both,flax,torch",
-            f"--json={out}",
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=600,
+    result, stdout = run_bench(
+        "bench_lstm",
+        tmp_path,
+        "--sizes=small",
+        "--batches=4",
+        "--rounds=1",
+        "--min_time=0.01",
+        "--impls=lbtrain,lbtrain-autodiff-both,flax,torch",
     )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    result = json.loads(out.read_text())
     row = result["results"][0]
     assert row["batch"] == 4 and row["size"] == "small"
     # each row is held to the best matmul measured in its own dtype
@@ -55,32 +39,22 @@ def test_tiny_run_writes_json(tmp_path):
 
         assert "lbtrain_over_torch" in row
     except ImportError:
-        assert "skipping the torch column" in proc.stdout
+        assert "skipping the torch column" in stdout
 
 
 @pytest.mark.slow
 def test_loop_mode_times_the_loop_its_bare_step_and_a_variant(tmp_path):
-    out = tmp_path / "loop.json"
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "scripts/bench_lstm.py",
-            "--mode=loop",
-            "--loop_config=configs/ptb_lstm.py:runlocal=True",
-            "--batches=8",
-            "--rounds=1",
-            "--loop_tokens=100",
-            "--variants=log_every_steps=1",
-            "--profile=3",
-            f"--json={out}",
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=600,
+    result, stdout = run_bench(
+        "bench_lstm",
+        tmp_path,
+        "--mode=loop",
+        "--loop_config=configs/ptb_lstm.py:runlocal=True",
+        "--batches=8",
+        "--rounds=1",
+        "--loop_tokens=100",
+        "--variants=log_every_steps=1",
+        "--profile=3",
     )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    result = json.loads(out.read_text())
     row = result["results"][0]
     assert row["batch"] == 8 and row["tokens_per_step"] == 8 * 20  # runlocal: T = 20
     # at least 8 updates, 4 logged windows
@@ -110,4 +84,4 @@ def test_loop_mode_times_the_loop_its_bare_step_and_a_variant(tmp_path):
     assert (
         0 < bound["matmul_ms"] and bound["minor_page_faults_per_step"] >= 0 and bound["wall_ms"] > 0
     )
-    assert "of which matmuls" in proc.stdout
+    assert "of which matmuls" in stdout
