@@ -182,18 +182,24 @@ def dead_pid() -> int:
     return p.pid
 
 
+def lock_record(host, pid, heartbeat) -> dict:
+    return {
+        "host": host,
+        "pid": pid,
+        "started": heartbeat,
+        "heartbeat": heartbeat,
+        "started_utc": "2026-01-01T00:00:00Z",
+        "token": "planted",
+    }
+
+
 def plant_lock(wd, host, pid, heartbeat):
-    rundir.write_json(
-        f"{wd}/run.lock",
-        {
-            "host": host,
-            "pid": pid,
-            "started": heartbeat,
-            "heartbeat": heartbeat,
-            "started_utc": "2026-01-01T00:00:00Z",
-            "token": "planted",
-        },
-    )
+    rundir.write_json(f"{wd}/run.lock", lock_record(host, pid, heartbeat))
+
+
+def store_of(wd, where):
+    path = epath.Path(f"{wd}/run.lock")
+    return GcsStore(path) if where == "gcs" else LocalStore(path)
 
 
 @pytest.mark.parametrize("where", ["local", "gcs"])
@@ -235,7 +241,7 @@ def test_a_late_taker_of_a_dead_lock_never_removes_the_winners(where, tmp_path, 
     wd = workdir_for(where, tmp_path, request)
     plant_lock(wd, socket.gethostname(), dead_pid(), time.time())
     late = rundir.RunLock(wd, heartbeat_s=0)
-    late.store = GcsStore(late.path) if where == "gcs" else LocalStore(late.path)
+    late.store = store_of(wd, where)
     data, stale = late.store.read()  # what the late run read and judged dead
     winner = rundir.lock(wd, heartbeat_s=0)
     late.owner = {"host": socket.gethostname(), "pid": os.getpid(), "token": "late"}
@@ -266,8 +272,14 @@ def test_heartbeat_refreshes_and_detects_a_takeover(where, tmp_path, request, ca
     time.sleep(1.0)
     assert rundir.read_json(f"{wd}/run.lock")["heartbeat"] > first
     held.check()
-    plant_lock(wd, "another-host", 1, time.time())  # someone else's lock replaces ours
-    time.sleep(1.0)
+    # another run takes the lock over as a run does: one conditional rewrite of what it read (a
+    # blind write could land between a beat's read and its rewrite, and be overwritten by it)
+    store, record = store_of(wd, where), json.dumps(lock_record("another-host", 1, time.time()))
+    while store.replace_if(record.encode(), store.read()[1]) is None:
+        pass  # a beat came between our read and our rewrite: read again
+    deadline = time.time() + 30  # the next beat (0.2 s) notices; a loaded machine may delay it
+    while not held.lost and time.time() < deadline:
+        time.sleep(0.05)
     assert held.lost
     with pytest.raises(rundir.WorkdirLocked, match="was taken over by another run"):
         held.check()
