@@ -52,24 +52,133 @@ def _text(record: dict, key: str) -> str:
     return record[key].decode() if isinstance(record[key], bytes) else str(record[key])
 
 
-def wmt16_pairs(
-    source_lang: str, target_lang: str, dir: str = "", max_train_pairs: int = 0
-) -> dict[str, Pairs]:
-    """WMT16 en-de from the TFDS data_dir ``dir`` ("": TFDS's default); the first
-    ``max_train_pairs`` training pairs (0: all)."""
+READ_CHUNK = 65_536  # records a batched TFDS read asks for at once
+
+
+class PairSource:
+    """Training pairs read on demand: ``len()`` pairs, :meth:`get` the texts of some of them, and
+    :meth:`fingerprint`, what identifies their content without reading it (``None``: it must be
+    read to be known)."""
+
+    def __len__(self) -> int:
+        raise NotImplementedError
+
+    def get(self, indices: np.ndarray) -> Pairs:
+        """The source and target texts of pairs ``indices`` (in that order)."""
+        raise NotImplementedError
+
+    def fingerprint(self) -> dict | None:
+        return None
+
+    def chunks(self, size: int):
+        """Every pair in order, ``size`` at a time: ``(start, Pairs)``."""
+        for start in range(0, len(self), size):
+            yield start, self.get(np.arange(start, min(len(self), start + size)))
+
+
+class ListPairs(PairSource):
+    """Pairs already in memory (the small corpora)."""
+
+    def __init__(self, pairs: Pairs):
+        self.src, self.tgt = pairs
+
+    def __len__(self) -> int:
+        return len(self.src)
+
+    def get(self, indices: np.ndarray) -> Pairs:
+        return [self.src[i] for i in indices], [self.tgt[i] for i in indices]
+
+
+class TfdsPairs(PairSource):
+    """The first ``limit`` pairs of a TFDS data source, read in batches (``__getitems__``) where
+    the source has them (TFDS's mock source does not: one by one there)."""
+
+    def __init__(self, ds, source_lang: str, target_lang: str, limit: int = 0):
+        self.ds, self.src_lang, self.tgt_lang = ds, source_lang, target_lang
+        self.limit = min(len(ds), limit) if limit else len(ds)
+
+    def __len__(self) -> int:
+        return self.limit
+
+    def _records(self, keys: list[int]) -> list:
+        try:
+            return list(self.ds.__getitems__(keys))
+        except (AttributeError, TypeError):  # TFDS's mock data source
+            return [self.ds[k] for k in keys]
+
+    def get(self, indices: np.ndarray) -> Pairs:
+        keys = [int(i) for i in indices]
+        if keys and (min(keys) < 0 or max(keys) >= self.limit):
+            raise IndexError(f"pair index out of range 0..{self.limit - 1}")
+        src, tgt = [], []
+        for start in range(0, len(keys), READ_CHUNK):
+            records = self._records(keys[start : start + READ_CHUNK])
+            src.extend(_text(r, self.src_lang) for r in records)
+            tgt.extend(_text(r, self.tgt_lang) for r in records)
+        return src, tgt
+
+    def folder(self):
+        """The prepared split's version folder (``.../wmt16_translate/de-en/1.0.0``), or ``None``
+        when the source has no files (TFDS's mock data)."""
+        from etils import epath
+
+        info = getattr(self.ds, "dataset_info", None)
+        try:
+            files = info.splits[self.ds.split].filepaths if info is not None else []
+        except (KeyError, AttributeError):
+            return None
+        return epath.Path(info.data_dir) if files else None
+
+    def fingerprint(self) -> dict | None:
+        """The dataset's name and version, the split's example count and files (name and size) and
+        the prefix taken: a prepared folder changes none of these without changing its data."""
+        folder = self.folder()
+        if folder is None:
+            return None
+        info = self.ds.dataset_info
+        split = info.splits[self.ds.split]
+        files = [[p.name, p.stat().length] for p in split.filepaths]
+        return {
+            "tfds": info.full_name,
+            "split": str(self.ds.split),
+            "num_examples": int(split.num_examples),
+            "files": files,
+            "pairs": self.limit,
+            "languages": [self.src_lang, self.tgt_lang],
+        }
+
+
+def _open_wmt16(source_lang: str, target_lang: str, dir: str, split: str):
     import tensorflow_datasets.translate  # noqa: F401  registers the legacy wmt16 builder
 
     from lbtrain.data.tfds_split import open_split
 
-    src, tgt = _check_langs("wmt16", source_lang, target_lang, ("en", "de"))
+    _check_langs("wmt16", source_lang, target_lang, ("en", "de"))
+    return open_split("wmt16_translate/de-en", split, dir, instead="use corpus=bible")
+
+
+def wmt16_corpus(
+    source_lang: str, target_lang: str, dir: str = "", max_train_pairs: int = 0
+) -> dict:
+    """WMT16 en-de with the training split left on disk (a :class:`TfdsPairs`) and the eval splits
+    read."""
     out = {}
     for split, tfds_split in WMT16_SPLITS.items():
-        ds = open_split("wmt16_translate/de-en", tfds_split, dir, instead="use corpus=bible")
-        limit = (
-            len(ds) if split != "train" or not max_train_pairs else min(len(ds), max_train_pairs)
-        )
-        records = [ds[i] for i in range(limit)]  # the mock source has no batched __getitems__
-        out[split] = ([_text(r, src) for r in records], [_text(r, tgt) for r in records])
+        ds = _open_wmt16(source_lang, target_lang, dir, tfds_split)
+        limit = int(max_train_pairs) if split == "train" else 0
+        out[split] = TfdsPairs(ds, source_lang, target_lang, limit)
+    return {k: v if k == "train" else v.get(np.arange(len(v))) for k, v in out.items()}
+
+
+def wmt16_pairs(
+    source_lang: str, target_lang: str, dir: str = "", max_train_pairs: int = 0
+) -> dict[str, Pairs]:
+    """WMT16 en-de from the TFDS data_dir ``dir`` ("": TFDS's default); the first
+    ``max_train_pairs`` training pairs (0: all) of the split as TFDS stores it (shuffled once, when
+    it was prepared)."""
+    out = wmt16_corpus(source_lang, target_lang, dir, max_train_pairs)
+    train = out["train"]
+    out["train"] = train.get(np.arange(len(train)))
     return out
 
 
@@ -167,6 +276,8 @@ def numbers_pairs(
 
 # data.corpus -> pairs per split; each reads its own data.* keys (and the languages, a fact)
 CORPORA = {"wmt16": wmt16_pairs, "bible": bible_pairs, "numbers": numbers_pairs}
+# the same, with the training split as a PairSource (the large corpus stays on disk)
+OPENERS = {"wmt16": wmt16_corpus}
 
 
 def load_pairs(
@@ -185,3 +296,23 @@ def load_pairs(
         source_lang=source_lang,
         target_lang=target_lang,
     )
+
+
+def open_corpus(
+    *, corpus: str, source_lang: str = "en", target_lang: str = "de", also=(), **corpus_args
+) -> dict:
+    """Like :func:`load_pairs`, with ``"train"`` a :class:`PairSource` (read on demand for WMT16,
+    in memory for the small corpora)."""
+    block = {"corpus": corpus, **corpus_args}
+    if corpus in OPENERS:
+        return registry.make(
+            OPENERS,
+            block,
+            path="data",
+            key="corpus",
+            also=(*also, "source_lang", "target_lang"),
+            source_lang=source_lang,
+            target_lang=target_lang,
+        )
+    out = load_pairs(source_lang=source_lang, target_lang=target_lang, also=also, **block)
+    return {**out, "train": ListPairs(out["train"])}

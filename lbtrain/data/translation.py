@@ -18,30 +18,48 @@ raw references.
 from __future__ import annotations
 
 import dataclasses
+import os
 
 import numpy as np
 
 from lbtrain import registry, rundir
-from lbtrain.data import parallel_text, subword
+from lbtrain.data import parallel_text, subword, token_cache
 from lbtrain.data.base import Dataset
 from lbtrain.data.batching import EpochBatches, epoch_order, eval_indices, process_slice
 from lbtrain.errors import DataError
 
 
 class Ragged:
-    """Variable-length int32 rows in one flat array plus offsets."""
+    """Variable-length int32 rows: row ``i`` is ``flat[starts[i] : starts[i] + lengths[i]]``
+    (``flat`` may be a memory map shared by every run, :mod:`lbtrain.data.token_cache`)."""
 
     def __init__(self, rows: list[list[int]]):
-        self.lengths = np.fromiter((len(r) for r in rows), np.int64, len(rows))
-        self.offsets = np.concatenate([[0], np.cumsum(self.lengths)])
-        self.flat = np.fromiter((t for r in rows for t in r), np.int32, int(self.offsets[-1]))
+        lengths = np.fromiter((len(r) for r in rows), np.int64, len(rows))
+        offsets = np.concatenate([[0], np.cumsum(lengths)])
+        flat = np.fromiter((t for r in rows for t in r), np.int32, int(offsets[-1]))
+        self.flat, self.starts, self.lengths = flat, offsets[:-1], lengths
+
+    @classmethod
+    def from_flat(
+        cls, flat: np.ndarray, offsets: np.ndarray, rows: np.ndarray | None = None
+    ) -> Ragged:
+        """Rows of ``flat`` cut at ``offsets`` (row ``i``: ``flat[offsets[i]:offsets[i + 1]]``),
+        only ``rows`` of them (in that order) if given; ``flat`` is not copied."""
+        self = cls.__new__(cls)
+        offsets = np.asarray(offsets, np.int64)
+        starts, lengths = offsets[:-1], np.diff(offsets)
+        if rows is not None:
+            starts, lengths = starts[rows], lengths[rows]
+        self.flat, self.starts, self.lengths = flat, starts, lengths
+        return self
 
     def __len__(self) -> int:
         return len(self.lengths)
 
     def row(self, i: int) -> np.ndarray:
         """Row ``i``'s tokens, unpadded."""
-        return self.flat[self.offsets[i] : self.offsets[i + 1]]
+        start = int(self.starts[i])
+        return np.asarray(self.flat[start : start + int(self.lengths[i])])
 
     def padded(
         self, indices: np.ndarray, length: int, prefix: int | None = None, suffix: int | None = None
@@ -237,12 +255,49 @@ def _eval_set(processor, pairs, limit: int, max_eval_len: int) -> EvalSet:
     )
 
 
+def _cache_root(corpus: str, train, token_cache_dir: str) -> str:
+    """Where the token cache lives: ``token_cache_dir`` if set; for a prepared WMT16 folder
+    ``<data_dir>/wmt16_translate/de-en/lbtrain_tokens``; else the local cache folder."""
+    if token_cache_dir:
+        return token_cache_dir
+    folder = train.folder() if hasattr(train, "folder") else None
+    if folder is not None:
+        return os.fspath(folder.parent / "lbtrain_tokens")
+    return token_cache.default_root()
+
+
+def _record_vocabulary(workdir: str, cache, is_writer: bool) -> None:
+    """Keep the vocabulary a run uses in its workdir (``spm.model``, its provenance and the cache
+    it came from); a resumed run whose cache holds another model is refused: its ids would
+    change."""
+    target = rundir.path(workdir) / "spm.model"
+    old = rundir.read_bytes(target)
+    if old is not None and old != cache.model:
+        raise DataError(
+            f"{target} is another vocabulary than token cache {cache.folder} holds for this "
+            "config, so the run's ids would change: resume with the data and config that made "
+            "it, or choose another --workdir"
+        )
+    if not is_writer:
+        return
+    if old is None:
+        rundir.write_bytes(target, cache.model)
+    m = cache.manifest
+    record = {**m["vocabulary"], "corpus": m["spec"]["corpus"], "token_cache_key": m["key"]}
+    sidecar = target.parent / "spm.model.provenance.json"
+    rundir.write_json(sidecar, {"provenance": record, "sha256": m["model_sha256"]})
+    rundir.write_json(target.parent / "token_cache.json", {"folder": cache.folder, "manifest": m})
+
+
 def load(
     *,
     corpus: str = "numbers",
     source_lang: str = "en",
     target_lang: str = "de",
     vocab_size: int = 8000,
+    vocab_sample_sentences: int = subword.SAMPLE_SENTENCES,
+    vocab_sample_seed: int = 0,
+    token_cache_dir: str = "",
     max_len: int = 50,
     max_eval_len: int = 0,
     max_eval_examples: int = 0,
@@ -254,29 +309,38 @@ def load(
     **corpus_args,
 ) -> TranslationData:
     """Read ``corpus`` (a key of :data:`parallel_text.CORPORA`; ``corpus_args`` are the keys it
-    reads), train (or reuse the workdir's) subword model of ``vocab_size`` pieces, encode, and leave
-    out training pairs over ``max_len`` subwords; eval sources are truncated at ``max_eval_len`` (0:
-    2 x max_len) and the valid split cut to ``max_eval_examples`` (0: all). Only the ``is_writer``
-    process saves."""
+    reads); map its training ids from the shared token cache (:mod:`lbtrain.data.token_cache`,
+    under ``token_cache_dir``; built there once with a subword model of ``vocab_size`` pieces
+    learned from ``vocab_sample_sentences`` sentences, half from each side, drawn from
+    ``vocab_sample_seed``) and leave out training pairs over ``max_len`` subwords; eval sources
+    are truncated at ``max_eval_len`` (0: 2 x max_len) and the valid split cut to
+    ``max_eval_examples`` (0: all). The workdir keeps the model the run uses (``spm.model``);
+    only the ``is_writer`` process saves."""
     also = registry.config_keys(load, ("workdir", "is_writer"))
-    pairs = parallel_text.load_pairs(
+    pairs = parallel_text.open_corpus(
         corpus=corpus, source_lang=source_lang, target_lang=target_lang, also=also, **corpus_args
     )
-    if not pairs["train"][0]:
+    train = pairs["train"]
+    if not len(train):
         raise DataError(f"corpus {corpus!r} has an empty training split: check the data source")
-    spm_path = rundir.path(workdir) / "spm.model" if workdir else None
-    train_src_text, train_tgt_text = pairs["train"]
-    processor = subword.load_or_train(
-        spm_path,
-        train_src_text + train_tgt_text,
+    spec = token_cache.spec_of(
+        corpus,
+        train.fingerprint() or token_cache.text_fingerprint(train),
+        source_lang,
+        target_lang,
         int(vocab_size),
-        is_writer,
-        source={"corpus": corpus},
+        int(vocab_sample_sentences),
+        int(vocab_sample_seed),
     )
+    root = _cache_root(corpus, train, token_cache_dir)
+    cache = token_cache.load_or_build(root, train, spec)
+    if workdir:
+        _record_vocabulary(workdir, cache, is_writer)
+    processor = cache.processor
     max_len, max_eval_len = int(max_len), int(max_eval_len or 2 * int(max_len))
-    src, tgt = _encode(processor, train_src_text), _encode(processor, train_tgt_text)
-    keep = [i for i in range(len(src)) if 0 < len(src[i]) <= max_len and len(tgt[i]) <= max_len]
-    if not keep:
+    src_len, tgt_len = np.diff(cache.src[1]), np.diff(cache.tgt[1])
+    keep = np.flatnonzero((src_len > 0) & (src_len <= max_len) & (tgt_len <= max_len))
+    if not len(keep):
         raise DataError(
             f"no training pair has both sides within max_len={max_len} subwords: raise data.max_len"
         )
@@ -290,13 +354,13 @@ def load(
         for split in ("valid", "test")
     }
     return TranslationData(
-        Ragged([src[i] for i in keep]),
-        Ragged([tgt[i] for i in keep]),
+        Ragged.from_flat(*cache.src, rows=keep),
+        Ragged.from_flat(*cache.tgt, rows=keep),
         evals,
         processor,
         bucket_width=int(bucket_width),
         sort_window=int(sort_window),
-        dropped=len(src) - len(keep),
+        dropped=len(src_len) - len(keep),
         max_len=max_len,
         num_samples=int(num_samples),
     )

@@ -1,10 +1,12 @@
 """Translation data: the three corpora, the subword model, length bucketing, eval order and BLEU."""
 
+import json
 import os
 
 import numpy as np
 import pytest
 
+from lbtrain import rundir
 from lbtrain.data import DataError, parallel_text, subword, translation
 
 
@@ -29,6 +31,12 @@ def cfg(**kw) -> dict:
     return dict(numbers_keys(), **dict(sizes, **kw))
 
 
+@pytest.fixture(autouse=True)
+def token_cache_in_tmp(tmp_path, monkeypatch):
+    """Every token cache these tests build lives in their temporary folder."""
+    monkeypatch.setenv("LBTRAIN_CACHE_DIR", str(tmp_path / "cache"))
+
+
 def test_numbers_corpus_is_deterministic_disjoint_and_spelt_by_num2words():
     from num2words import num2words
 
@@ -51,23 +59,57 @@ def test_subword_model_round_trips_and_is_reused_from_the_workdir(tmp_path):
     pairs = parallel_text.load_pairs(**numbers_keys())
     text = pairs["train"][0] + pairs["train"][1]
     path = str(tmp_path / "spm.model")
-    sp = subword.load_or_train(path, text, 120)
+    sp = subword.load_or_train(path, pairs["train"], 120)
     assert os.path.isfile(path)
     for sentence in pairs["test"][0][:10] + pairs["test"][1][:10]:
         ids = sp.encode(sentence, out_type=int)
         assert all(i > subword.EOS for i in ids)  # pieces never collide with pad/unk/bos/eos ...
         # ... and decode stops at eos
         assert subword.decode(sp, ids + [subword.EOS, 7, 8]) == sentence
-    # the same text trains the same model byte for byte; a saved model is reused, not retrained ...
+    # a corpus smaller than the sample is taken whole, sources then targets: the same text trains
+    # the same model byte for byte; a saved model is reused, not retrained ...
     assert subword.train(text, 120) == open(path, "rb").read()
     saved = os.stat(path).st_mtime_ns
-    assert subword.load_or_train(path, text, 120).get_piece_size() == sp.get_piece_size()
+    assert subword.load_or_train(path, pairs["train"], 120).get_piece_size() == sp.get_piece_size()
     assert os.stat(path).st_mtime_ns == saved
     # ... but one trained on other text is retrained, never reused
     other = ["completely different text"] * 10
-    again = subword.load_or_train(path, other, 50)
+    again = subword.load_or_train(path, (other[:5], other[5:]), 50)
     assert open(path, "rb").read() == subword.train(other, 50) != subword.train(text, 120)
     assert again.get_piece_size() != sp.get_piece_size()
+
+
+def test_vocabulary_sample_covers_both_sides_of_a_corpus_larger_than_it(tmp_path):
+    # 3,000 pairs laid out sources first, then targets (as the corpus is read); a sample of 1,000
+    # sentences: the first 1,000 sentences would be English only
+    rng = np.random.default_rng(0)
+    english = ["the house", "a green tree", "my old friend", "we read books"]
+    german = ["das häuschen", "ein grüner baum", "mein größter freund", "wir lösen rätsel"]
+    src = [" ".join(rng.choice(english, 3)) for _ in range(3000)]
+    tgt = [" ".join(rng.choice(german, 3)) for _ in range(3000)]
+    path = str(tmp_path / "spm.model")
+    sp = subword.load_or_train(path, (src, tgt), 60, sample_sentences=1000)
+    pieces = {sp.id_to_piece(i) for i in range(sp.get_piece_size())}
+    for char in "äöüß":  # the German side's own letters are pieces ...
+        assert any(char in p for p in pieces), char
+    for sentence in (src[0], tgt[0]):  # ... so both sides encode without unknown pieces
+        assert subword.UNK not in sp.encode(sentence)
+    idx = subword.sample_indices(3000, 1000)
+    sample = [src[i] for i in idx] + [tgt[i] for i in idx]
+    assert len(np.unique(idx)) == 500 and idx.max() > 2000  # drawn over the whole split
+    recorded = json.load(open(path + ".provenance.json"))["provenance"]
+    assert recorded["sample_sha256"] == rundir.text_digest(sample)
+    assert recorded["sample_size"] == 1000 and recorded["sample_sentences"] == 1000
+    # changing only the target side changes the provenance and retrains the model
+    saved = open(path, "rb").read()
+    tgt2 = [s.replace("baum", "wald") for s in tgt]
+    subword.load_or_train(path, (src, tgt2), 60, sample_sentences=1000)
+    changed = json.load(open(path + ".provenance.json"))["provenance"]
+    assert changed["sample_sha256"] != recorded["sample_sha256"]
+    assert open(path, "rb").read() != saved
+    # the model of the new sample: both sides of the same pairs
+    new_sample = [src[i] for i in idx] + [tgt2[i] for i in idx]
+    assert open(path, "rb").read() == subword.train(new_sample, 60)
 
 
 def test_bucketed_batches_cover_every_pair_once_and_pad_little(tmp_path):
