@@ -54,6 +54,14 @@ def data_config(corpus: str, vocab: int, max_len: int) -> ml_collections.ConfigD
     data.source_lang = "en"
     data.target_lang = "de"
     data.vocab_size = vocab  # shared source/target BPE; saved as <workdir>/spm.model
+    # the BPE is learned from this many sentences: a seeded sample of pairs over the whole
+    # training split, both sides of each (a smaller split is taken whole)
+    data.vocab_sample_sentences = 2_000_000
+    data.vocab_sample_seed = 0
+    # where the training ids are built once and mapped by every run ("": for wmt16
+    # <data.dir>/wmt16_translate/de-en/lbtrain_tokens, else $LBTRAIN_CACHE_DIR/tokens or
+    # ~/.cache/lbtrain/tokens)
+    data.token_cache_dir = ""
     # training pairs longer than this (subwords, either side) are left out, counted
     data.max_len = max_len
     data.max_eval_len = 0  # eval sources are truncated here (0 = 2 x max_len), counted

@@ -89,6 +89,23 @@ class ListPairs(PairSource):
         return [self.src[i] for i in indices], [self.tgt[i] for i in indices]
 
 
+SAMPLED_BLOCKS, BLOCK = 16, 1 << 16
+
+
+def _sampled_digest(p) -> str:
+    """sha256 of ``SAMPLED_BLOCKS`` blocks of ``BLOCK`` bytes evenly spread over file ``p`` (the
+    first and the last included; all of it when smaller)."""
+    import hashlib
+
+    size = p.stat().length
+    h = hashlib.sha256()
+    with p.open("rb") as f:
+        for start in sorted({int(x) for x in np.linspace(0, max(0, size - BLOCK), SAMPLED_BLOCKS)}):
+            f.seek(start)
+            h.update(f.read(BLOCK))
+    return h.hexdigest()
+
+
 class TfdsPairs(PairSource):
     """The first ``limit`` pairs of a TFDS data source, read in batches (``__getitems__``) where
     the source has them (TFDS's mock source does not: one by one there)."""
@@ -130,14 +147,15 @@ class TfdsPairs(PairSource):
         return epath.Path(info.data_dir) if files else None
 
     def fingerprint(self) -> dict | None:
-        """The dataset's name and version, the split's example count and files (name and size) and
-        the prefix taken: a prepared folder changes none of these without changing its data."""
+        """The dataset's name and version, the split's example count, its files (name, size and
+        a sha256 of ``SAMPLED_BLOCKS`` blocks spread over each) and the prefix taken: read in
+        about a second however large the split, and a re-prepared folder changes them."""
         folder = self.folder()
         if folder is None:
             return None
         info = self.ds.dataset_info
         split = info.splits[self.ds.split]
-        files = [[p.name, p.stat().length] for p in split.filepaths]
+        files = [[p.name, p.stat().length, _sampled_digest(p)] for p in split.filepaths]
         return {
             "tfds": info.full_name,
             "split": str(self.ds.split),
