@@ -157,7 +157,12 @@ def write_corpus() -> dict:
     want = {k: v for k, v in settings().items() if k not in ("vocab_size", "sample_sentences")}
     if os.path.isfile(marker) and json.load(open(marker)).get("settings") == want:
         return {**json.load(open(marker)), "reused": True}
-    shutil.rmtree(folder, ignore_errors=True)
+    for stale in ("tfds", "cache", "build_result.json"):  # written with other settings
+        path = os.path.join(folder, stale)
+        if os.path.isdir(path):
+            shutil.rmtree(path)
+        elif os.path.isfile(path):
+            os.remove(path)
     started = time.time()
     rng = np.random.default_rng([_SEED.value, 0])
     en, de = word_types(rng, _TYPES.value, EN_LETTERS), word_types(rng, _TYPES.value, DE_LETTERS)
