@@ -233,3 +233,26 @@ def test_ragged_from_flat_cuts_rows_at_offsets():
         translation.Ragged(rows).padded(np.arange(4), 4).tolist()
         == whole.padded(np.arange(4), 4).tolist()
     )
+
+
+def test_a_gs_root_keeps_one_local_copy_per_host(tmp_path, gcs):
+    source = parallel_text.ListPairs(
+        ([f"one {i} two" for i in range(200)], [f"eins {i} zwei" for i in range(200)])
+    )
+    spec = token_cache.spec_of(
+        "test", token_cache.text_fingerprint(source), "en", "de", 50, 1000, 0
+    )
+    root = f"{gcs.root}/tokens"
+    host_a, host_b = str(tmp_path / "host_a"), str(tmp_path / "host_b")
+    built = token_cache.load_or_build(root, source, spec, local_root=host_a)
+    assert built.built and built.folder.startswith(host_a)
+    again = token_cache.load_or_build(root, source, spec, local_root=host_a)  # mapped
+    assert not again.built and again.manifest["build_id"] == built.manifest["build_id"]
+    # another host finds the bucket's copy: downloaded once, never rebuilt (no source to read)
+    other = token_cache.load_or_build(root, None, spec, local_root=host_b)
+    assert not other.built and other.folder.startswith(host_b)
+    assert other.manifest["build_id"] == built.manifest["build_id"]
+    for side in ("src", "tgt"):
+        for a, b in zip(getattr(built, side), getattr(other, side)):
+            np.testing.assert_array_equal(a, b)
+    assert other.model == built.model
