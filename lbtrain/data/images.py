@@ -33,7 +33,6 @@ IMAGENET_MEAN = np.asarray([0.485, 0.456, 0.406], np.float32) * 255
 IMAGENET_STD = np.asarray([0.229, 0.224, 0.225], np.float32) * 255
 # what the model does to a uint8 ImageNet batch on the device: (x - mean) / std per channel
 IMAGENET_NORM = (tuple(IMAGENET_MEAN.tolist()), tuple(IMAGENET_STD.tolist()))
-MANUAL_DIR = "~/tensorflow_datasets/downloads/manual"
 
 
 # --- preprocessing (numpy + PIL, one example at a time, in the loader's workers) ------------------
@@ -196,14 +195,7 @@ def imagenet_split(split: str, data_dir: str | None):
     one-line error that says how to prepare it."""
     from lbtrain.data.tfds_split import open_split
 
-    prepare = (
-        f"ImageNet cannot be downloaded automatically; put ILSVRC2012_img_train.tar and "
-        f"ILSVRC2012_img_val.tar (from image-net.org) in {MANUAL_DIR}, run `tfds build "
-        "imagenet2012 --file_format=array_record`"
-    )
-    source = open_split(
-        "imagenet2012", split, data_dir, instead="use source=digits", prepare=prepare
-    )
+    source = open_split("imagenet2012", split, data_dir, instead="use source=digits")
     if hasattr(source, "decoders"):  # TFDS's data source (not a test's stand-in)
         import tensorflow_datasets as tfds
 

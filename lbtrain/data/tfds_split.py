@@ -5,15 +5,17 @@ from __future__ import annotations
 
 from lbtrain.errors import DataError
 
-DEFAULT_DIR = "TFDS's default data_dir (~/tensorflow_datasets or $TFDS_DATA_DIR)"
+DEFAULT_DIR = "the default data root ($TFDS_DATA_DIR, else ~/tensorflow_datasets)"
+# TFDS name -> the name `lbtrain-data prepare` knows it by
+PREPARE_NAMES = {"mnist": "mnist", "wmt16_translate/de-en": "wmt16", "imagenet2012": "imagenet2012"}
 
 
 def open_split(
     name: str, split: str, data_dir: str | None, instead: str, prepare: str | None = None
 ):
     """``tfds.data_source(name, split)`` from ``data_dir``; never downloads. ``prepare`` says how to
-    build the data (default: ``tfds build NAME --file_format=array_record`` where there is
-    internet), ``instead`` the offline alternative."""
+    build the data (default: the ``lbtrain-data prepare`` command for it), ``instead`` the offline
+    alternative."""
     import tensorflow_datasets as tfds
 
     from lbtrain import rundir
@@ -23,10 +25,10 @@ def open_split(
     try:
         return tfds.data_source(name, split=split, data_dir=data_dir or None, download=False)
     except Exception as e:  # TFDS raises several kinds here; all mean "not prepared"
-        prepare = prepare or (
-            f"run `tfds build {name} --file_format=array_record` on a machine with internet and "
-            "copy it there"
-        )
+        if prepare is None:
+            from lbtrain.data.prepare import command
+
+            prepare = f"run `{command(PREPARE_NAMES.get(name, name), data_dir or '')}`"
         raise DataError(
             f"TFDS dataset {name!r} split {split!r} is not prepared in {data_dir or DEFAULT_DIR}: "
             f"{prepare}, or {instead} ({type(e).__name__}: {str(e).splitlines()[0]})"

@@ -29,14 +29,16 @@ def test_tokenize_ptb_style():
     ]
 
 
-def write_ptb(tmp_path, files=("train", "valid", "test")):
+def write_ptb(root, files=("train", "valid", "test")):
+    """PTB-style files in ``<root>/ptb/`` (the data root's layout)."""
     text = {
         "train": "the cat sat on the mat\nthe dog sat\n a cat ran\n",
         "valid": "the cat sat\nthe bird flew\n",
         "test": "a dog ran on the mat\n",
     }
+    (root / "ptb").mkdir(exist_ok=True)
     for split in files:
-        (tmp_path / f"ptb.{split}.txt").write_text(text[split])
+        (root / "ptb" / f"ptb.{split}.txt").write_text(text[split])
 
 
 def test_vocab_built_on_train_only_and_saved(tmp_path):
@@ -78,9 +80,9 @@ def test_stale_vocab_from_another_corpus_is_rebuilt(tmp_path, capsys):
     """A vocab.json left by a run on another corpus (here: a PTB of other text) is not reused."""
     write_ptb(tmp_path)
     other = tmp_path / "other"
-    other.mkdir()
+    (other / "ptb").mkdir(parents=True)
     for split in ("train", "valid", "test"):
-        (other / f"ptb.{split}.txt").write_text("zebra yak zebra\n")
+        (other / "ptb" / f"ptb.{split}.txt").write_text("zebra yak zebra\n")
     workdir = tmp_path / "run"
     lm_load({"corpus": "ptb", "dir": str(other), "vocab_size": 6}, str(workdir))
     corpus = lm_load({"corpus": "ptb", "dir": str(tmp_path), "vocab_size": 6}, str(workdir))
@@ -94,12 +96,12 @@ def test_stale_vocab_from_another_corpus_is_rebuilt(tmp_path, capsys):
 
 def test_empty_ptb_file_names_it(tmp_path):
     write_ptb(tmp_path)
-    (tmp_path / "ptb.train.txt").write_text("\n\n")
+    (tmp_path / "ptb" / "ptb.train.txt").write_text("\n\n")
     with pytest.raises(DataError) as err:
         lm_load({"corpus": "ptb", "dir": str(tmp_path), "vocab_size": 10})
     assert str(err.value) == (
-        f"PTB file {tmp_path / 'ptb.train.txt'} is empty: copy ptb.train.txt again from "
-        f"{lm_corpus.PTB_SOURCE}"
+        f"PTB file {tmp_path / 'ptb' / 'ptb.train.txt'} is empty: run `lbtrain-data prepare ptb "
+        f"--data_dir={tmp_path}` again (it checks the files against their MD5s)"
     )
 
 
@@ -108,20 +110,20 @@ def test_empty_ptb_file_names_it(tmp_path):
 )
 def test_binary_ptb_file_names_it(tmp_path, content):
     write_ptb(tmp_path)
-    (tmp_path / "ptb.valid.txt").write_bytes(content)
+    (tmp_path / "ptb" / "ptb.valid.txt").write_bytes(content)
     with pytest.raises(DataError) as err:
         lm_load({"corpus": "ptb", "dir": str(tmp_path), "vocab_size": 10})
-    assert str(err.value).startswith(f"PTB file {tmp_path / 'ptb.valid.txt'} is ")
-    assert "set data.dir to a folder holding the standard PTB distribution" in str(err.value)
+    assert str(err.value).startswith(f"PTB file {tmp_path / 'ptb' / 'ptb.valid.txt'} is ")
+    assert f"run `lbtrain-data prepare ptb --data_dir={tmp_path}` again" in str(err.value)
 
 
 def test_ptb_and_vocab_on_gcs(gcs, tmp_path):
     write_ptb(tmp_path)
     from etils import epath
 
-    data = epath.Path(gcs.root) / "ptb"
-    for f in tmp_path.glob("ptb.*.txt"):
-        (data / f.name).write_text(f.read_text())
+    data = epath.Path(gcs.root) / "tfds"
+    for f in (tmp_path / "ptb").glob("ptb.*.txt"):
+        (data / "ptb" / f.name).write_text(f.read_text())
     corpus = lm_load({"corpus": "ptb", "dir": str(data), "vocab_size": 6}, f"{gcs.root}/run")
     assert corpus.vocab.words == [EOS, UNK, "the", "cat", "sat", "a"]
     assert (
@@ -132,9 +134,21 @@ def test_ptb_and_vocab_on_gcs(gcs, tmp_path):
 
 def test_missing_ptb_file_names_it(tmp_path):
     write_ptb(tmp_path, files=("train", "test"))
-    with pytest.raises(
-        DataError, match=r"PTB file ptb.valid.txt not found in .*simple-examples.tgz"
-    ):
+    with pytest.raises(DataError) as err:
+        lm_load({"corpus": "ptb", "dir": str(tmp_path), "vocab_size": 10})
+    assert str(err.value) == (
+        f"PTB file ptb.valid.txt not found in {tmp_path / 'ptb'}: run `lbtrain-data prepare ptb "
+        f"--data_dir={tmp_path}`, or use corpus=kjv"
+    )
+
+
+def test_ptb_files_in_the_root_itself_are_told_to_move(tmp_path):
+    """The layout before the shared data root (files directly in data.dir) gets one line saying
+    where they belong now."""
+    write_ptb(tmp_path)
+    for f in (tmp_path / "ptb").iterdir():
+        f.rename(tmp_path / f.name)
+    with pytest.raises(DataError, match=r"data.dir is now the data root.*move them to .*/ptb\)"):
         lm_load({"corpus": "ptb", "dir": str(tmp_path), "vocab_size": 10})
 
 

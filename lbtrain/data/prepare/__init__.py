@@ -1,0 +1,119 @@
+"""Real data for every table, from an empty disk or bucket, without TensorFlow: ``lbtrain-data``.
+
+``prepare(name, options)`` fetches a dataset's official files (resumable, retried, checked against
+recorded sizes and digests), builds the folder ``tfds build`` would build (TFDS's own builders,
+array_record, TFDS's keys and order) or PTB's three files, and publishes it under the data root
+whole or not at all (:mod:`~lbtrain.data.prepare.target`). A prepared dataset is verified, not
+built again. ``verify(name, root)`` compares what a prepared folder holds with the official
+counts; it reads a folder a real ``tfds build`` made just as well.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+
+from lbtrain import rundir
+from lbtrain.data.prepare import target
+from lbtrain.data.prepare.datasets import SPECS, Options, Spec
+from lbtrain.errors import DataError
+
+__all__ = ["SPECS", "Options", "Spec", "prepare", "verify", "is_prepared", "command"]
+
+
+def command(name: str, data_dir: str = "") -> str:
+    """The command that prepares ``name`` into ``data_dir`` (for error messages)."""
+    where = f" --data_dir={data_dir}" if data_dir else ""
+    manual = " --manual_dir=FOLDER_WITH_THE_TWO_TARS" if name == "imagenet2012" else ""
+    return f"lbtrain-data prepare {name}{where}{manual}"
+
+
+def spec(name: str) -> Spec:
+    if name not in SPECS:
+        raise DataError(f"unknown dataset {name!r}; valid choices: {', '.join(SPECS)}")
+    return SPECS[name]
+
+
+def is_prepared(name: str, root: str) -> bool:
+    s = spec(name)
+    return target.exists(target.join(root, s.folder, s.marker))
+
+
+def _say(message: str, quiet: bool = False) -> None:
+    if not quiet:
+        print(f"lbtrain-data: {message}", file=sys.stderr)
+
+
+def verify(name: str, root: str) -> tuple[bool, list[str]]:
+    """(whether ``name`` under ``root`` holds the official counts, one line per split)."""
+    s = spec(name)
+    if not is_prepared(name, root):
+        raise DataError(
+            f"{name} is not prepared in {target.join(root, s.folder)}: run `{command(name, root)}`"
+        )
+    counts = s.counts(root)
+    lines, ok = [], True
+    for split, expected in s.official.counts.items():
+        got = counts.get(split, {})
+        value = got.get(s.official.unit, got.get("examples"))
+        good = value == expected
+        text = f"{split}: {value if value is not None else 'missing'} {s.official.unit}"
+        text += f" (official {expected:,})"
+        if split in s.official.extra:
+            lines_got, lines_expected = got.get("lines"), s.official.extra[split]
+            good = good and lines_got == lines_expected
+            text += f", {lines_got} <eos> (official {lines_expected:,})"
+        ok = ok and good
+        lines.append(("ok   " if good else "DIFF ") + text)
+    if s.tfds_name:
+        lines.append(_read_check(s, root))
+    return ok, lines
+
+
+def _read_check(s: Spec, root: str) -> str:
+    """Open every split through ``tfds.data_source`` (as a run does) and read its first and last
+    example."""
+    import tensorflow_datasets as tfds
+
+    if s.name == "wmt16":
+        import tensorflow_datasets.translate  # noqa: F401  registers the legacy builder
+    read = []
+    for split in s.official.counts:
+        ds = tfds.data_source(s.tfds_name, split=split, data_dir=root, download=False)
+        ds[0], ds[len(ds) - 1]
+        read.append(f"{split} {len(ds):,}")
+    return "read through tfds.data_source: " + ", ".join(read)
+
+
+def prepare(name: str, opts: Options) -> str:
+    """Prepare ``name`` under ``opts.root`` (see the module docstring); returns the folder."""
+    s = spec(name)
+    final = target.join(opts.root, s.folder)
+    if is_prepared(name, opts.root):
+        _say(f"{name} is already prepared in {final}", opts.quiet)
+        return final
+    _say(f"terms: {s.terms}", opts.quiet)
+    if rundir.is_cloud(opts.root):
+        rundir.require_cloud_extra(opts.root)
+    with target.prepare_lock(opts.root, name):
+        if is_prepared(name, opts.root):  # another prepare finished while this one waited
+            _say(f"{name} was prepared in {final} by another prepare", opts.quiet)
+            return final
+        target.clear_stale_staging(opts.root, opts.download_dir, name)
+        staging = target.staging_folder(opts.root, opts.download_dir, name)
+        try:
+            _say(f"building {s.title} in {staging}", opts.quiet)
+            built = s.build(opts, staging)
+            target.publish(built, final, s.marker)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+    _say(f"{name} prepared in {final}", opts.quiet)
+    return final
+
+
+def folder_size(path: str) -> int:
+    total = 0
+    for folder, _, names in os.walk(path):
+        total += sum(os.path.getsize(os.path.join(folder, n)) for n in names)
+    return total

@@ -1,0 +1,149 @@
+"""``lbtrain-data``: list, prepare and verify the real datasets (no TensorFlow).
+
+    lbtrain-data list                        # sources, sizes, what --data_dir holds
+    lbtrain-data prepare mnist               # into $TFDS_DATA_DIR, else ~/tensorflow_datasets
+    lbtrain-data prepare wmt16 --data_dir=gs://BUCKET/tfds
+    lbtrain-data prepare ptb --from=/shared/dl  # a node without internet
+    lbtrain-data prepare imagenet2012 --manual_dir=~/imagenet_tars
+    lbtrain-data verify wmt16                # counts per split against the official ones
+
+A mistake a user can fix is one line, ``lbtrain-data: error: ...``, exit status 1 (2 for the
+command line); ``verify`` exits 1 when a count differs from the official one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from lbtrain.data import prepare as prep
+from lbtrain.data.prepare import sources, target
+from lbtrain.errors import LbtrainError
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="lbtrain-data",
+        description=(
+            "Fetch, check and prepare the datasets of lbtrain's tables (MNIST, PTB, WMT16 de-en, "
+            "ImageNet) in TFDS's layout, without TensorFlow. Every run's data.dir and "
+            "reproduce.py's --data_dir read the same root."
+        ),
+        epilog=__doc__.split("\n\n")[1],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="{list,prepare,verify}")
+
+    def data_dir(p):
+        p.add_argument(
+            "--data_dir",
+            default="",
+            help="the data root, local or gs:// (default: $TFDS_DATA_DIR, else "
+            "~/tensorflow_datasets); a relative path is taken from this folder",
+        )
+
+    p_list = sub.add_parser("list", help="each dataset's sources and sizes, and what is prepared")
+    data_dir(p_list)
+    p_prep = sub.add_parser("prepare", help="fetch, check and prepare one dataset")
+    p_prep.add_argument("name", choices=list(prep.SPECS))
+    data_dir(p_prep)
+    p_prep.add_argument(
+        "--download_dir",
+        default="",
+        help="where source files are kept (default: <data_dir>/downloads, or a local one for gs://)",
+    )
+    p_prep.add_argument(
+        "--mirror", default="", help="take each file from <URL>/<basename of the official file>"
+    )
+    p_prep.add_argument(
+        "--from",
+        dest="from_dir",
+        default="",
+        help="take each file from this folder (same basenames as the official files)",
+    )
+    p_prep.add_argument(
+        "--manual_dir",
+        default="",
+        help="imagenet2012: the folder with ILSVRC2012_img_train.tar and ILSVRC2012_img_val.tar "
+        "(TFDS's downloads/manual works)",
+    )
+    p_prep.add_argument(
+        "--checksums",
+        default="",
+        help="a JSON file {basename: {size, digest}} replacing the recorded checksums of the "
+        "files it names (a replica or a mirror of your own)",
+    )
+    p_prep.add_argument("--quiet", action="store_true", help="no progress bars or status lines")
+    p_verify = sub.add_parser("verify", help="compare a prepared dataset with the official counts")
+    p_verify.add_argument("name", choices=list(prep.SPECS))
+    data_dir(p_verify)
+    return parser
+
+
+def _list(root: str) -> int:
+    print(f"data root: {root}")
+    for name, s in prep.SPECS.items():
+        table = s.resources(prep.Options(root=root, download_dir=""))
+        size = sources.total_size(table)
+        download = f"{size / 1e9:,.2f} GB" if size else "size not published"
+        try:
+            here = "prepared" if prep.is_prepared(name, root) else "not prepared"
+        except LbtrainError as e:
+            here = f"unknown ({e})"
+        print(f"\n{name}: {s.title}")
+        print(f"  in {target.join(root, s.folder)}: {here}")
+        print(f"  download {download}; prepared {s.prepared_size}")
+        for line in sources.describe(table):
+            print(f"  source {line}")
+        counts = ", ".join(f"{k} {v:,}" for k, v in s.official.counts.items())
+        print(f"  official {s.official.unit}: {counts}")
+        print(f"  prepare: {prep.command(name)}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        root = target.resolve_root(args.data_dir)
+        if args.command == "list":
+            return _list(root)
+        if args.command == "verify":
+            ok, lines = prep.verify(args.name, root)
+            print(f"{args.name} in {target.join(root, prep.SPECS[args.name].folder)}:")
+            for line in lines:
+                print(f"  {line}")
+            if not ok:
+                print(
+                    f"lbtrain-data: {args.name} differs from the official counts (lines marked "
+                    "DIFF)",
+                    file=sys.stderr,
+                )
+            return 0 if ok else 1
+        opts = prep.Options(
+            root=root,
+            download_dir=target.local_download_dir(root, args.download_dir),
+            mirror=args.mirror,
+            from_dir=args.from_dir,
+            manual_dir=args.manual_dir,
+            checksums=args.checksums,
+            quiet=args.quiet,
+        )
+        prep.prepare(args.name, opts)
+        ok, lines = prep.verify(args.name, root)
+        for line in lines:
+            print(f"  {line}")
+        return 0
+    except LbtrainError as e:
+        print(f"lbtrain-data: error: {e}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print(
+            "lbtrain-data: interrupted: nothing was published; a partial download resumes on the "
+            "next prepare",
+            file=sys.stderr,
+        )
+        return 130
+
+
+def run() -> None:
+    sys.exit(main())

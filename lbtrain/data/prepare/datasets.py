@@ -1,0 +1,298 @@
+"""The datasets ``lbtrain-data`` prepares: their sources, terms, layout, build and counts.
+
+Every dataset has one shape (:class:`Spec`): the files it is made from (checked against recorded
+digests), a ``build`` that turns the fetched files into the final folder inside a local staging
+folder, the folder's place under the data root and the file that marks it complete, and
+``counts``, what a prepared folder holds per split (compared with the official counts by
+``lbtrain-data verify``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import gzip
+import hashlib
+import json
+import os
+import tarfile
+import zlib
+from collections.abc import Callable
+
+from lbtrain import rundir
+from lbtrain.data.prepare import builders, sources
+from lbtrain.data.prepare.download import Resource, check_file, fetch
+from lbtrain.data.prepare.target import join
+from lbtrain.errors import DataError
+
+
+@dataclasses.dataclass
+class Options:
+    """Where data comes from and goes to (the command line's flags)."""
+
+    root: str
+    download_dir: str
+    mirror: str = ""
+    from_dir: str = ""
+    manual_dir: str = ""
+    checksums: str = ""
+    quiet: bool = False
+
+    def fetch(self, resource: Resource) -> str:
+        return fetch(
+            resource,
+            self.download_dir,
+            mirror=self.mirror,
+            from_dir=self.from_dir,
+            quiet=self.quiet,
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class Spec:
+    name: str
+    title: str
+    terms: str
+    folder: str  # under the data root
+    marker: str  # the file (in folder) whose presence means "complete"
+    official: sources.Official
+    resources: Callable[[Options], dict[str, Resource]]
+    build: Callable[[Options, str], str]  # (options, staging folder) -> the finished folder
+    counts: Callable[[str], dict[str, dict[str, int]]]  # root -> {split: {unit: n}}
+    prepared_size: str
+    tfds_name: str = ""  # name[/config] for tfds.data_source
+
+
+def _fail_archive(path: str, e: BaseException) -> DataError:
+    os.remove(path)
+    return DataError(
+        f"archive {path} is damaged ({type(e).__name__}: {e}): deleted it; prepare again to "
+        "download it anew"
+    )
+
+
+ARCHIVE_ERRORS = (tarfile.TarError, EOFError, zlib.error, gzip.BadGzipFile)
+
+
+def extract_members(archive: str, wanted: dict[str, str]) -> None:
+    """Extract the members ``wanted`` (member name, with or without ``./`` -> destination file)
+    of the tar ``archive``, streaming (nothing else is written); one line if the archive is
+    damaged or lacks one of them."""
+    normal = {m.removeprefix("./"): dest for m, dest in wanted.items()}
+    found = set()
+    try:
+        with tarfile.open(archive, "r:*") as tar:
+            for member in tar:
+                name = member.name.removeprefix("./")
+                if name in normal and member.isfile():
+                    dest = normal[name]
+                    os.makedirs(os.path.dirname(dest), exist_ok=True)
+                    with tar.extractfile(member) as src, open(dest, "wb") as out:
+                        while chunk := src.read(1 << 22):
+                            out.write(chunk)
+                    found.add(name)
+                    if found == set(normal):
+                        break
+    except ARCHIVE_ERRORS as e:
+        raise _fail_archive(archive, e) from None
+    missing = sorted(set(normal) - found)
+    if missing:
+        raise DataError(
+            f"archive {archive} has no member {', '.join(missing)}: it is not the official file; "
+            "delete it and prepare again"
+        )
+
+
+# --- TFDS folders ------------------------------------------------------------------------------
+
+
+def tfds_counts(folder: str) -> Callable[[str], dict[str, dict[str, int]]]:
+    """Counts per split from a TFDS folder's ``dataset_info.json`` (the shard lengths TFDS
+    wrote)."""
+
+    def counts(root: str) -> dict[str, dict[str, int]]:
+        info = rundir.read_json(rundir.path(join(root, folder, "dataset_info.json")))
+        if not isinstance(info, dict):
+            raise DataError(f"{join(root, folder)} has no readable dataset_info.json")
+        return {
+            s["name"]: {"examples": sum(int(n) for n in s.get("shardLengths", []))}
+            for s in info.get("splits", [])
+        }
+
+    return counts
+
+
+def _with_overrides(table: dict[str, Resource]) -> Callable[[Options], dict[str, Resource]]:
+    def resources(opts: Options) -> dict[str, Resource]:
+        return sources.apply_overrides(table, opts.checksums)
+
+    return resources
+
+
+MNIST_FOLDER = "mnist/3.0.1"
+
+
+def build_mnist(opts: Options, staging: str) -> str:
+    files = {k: opts.fetch(r) for k, r in _with_overrides(sources.MNIST)(opts).items()}
+    try:
+        builder = builders.mnist_builder(files, data_dir=os.path.join(staging, "tfds"))
+        builders.build(builder, opts.download_dir)
+    except ValueError as e:
+        raise DataError(f"MNIST files in {opts.download_dir} are not valid idx files: {e}") from e
+    return builders.folder_of(builder)
+
+
+WMT16_FOLDER = "wmt16_translate/de-en/1.0.0"
+# TFDS subset -> the archive (a key of sources.WMT16) its files come from
+WMT16_ARCHIVE_OF = {
+    "europarl_v7": "europarl_v7",
+    "commoncrawl": "commoncrawl",
+    "newscommentary_v11": "newscommentary_v11",
+    "newstest2015": "dev",
+    "newstest2016": "dev",
+}
+
+
+def build_wmt16(opts: Options, staging: str) -> str:
+    table = _with_overrides(sources.WMT16)(opts)
+    subsets = [s for names in builders.wmt16_subsets().values() for s in names]
+    unknown = sorted(set(subsets) - set(WMT16_ARCHIVE_OF))
+    if unknown:  # a TFDS release that reads other subsets: its archives are not recorded here
+        raise DataError(
+            f"TFDS's wmt16_translate/de-en reads subsets {unknown} lbtrain does not know"
+        )
+    archives = {}
+    for key in dict.fromkeys(WMT16_ARCHIVE_OF[s] for s in subsets):
+        archives[key] = opts.fetch(table[key])  # one at a time: statmt refuses parallel downloads
+    extracted = {}
+    for subset in subsets:
+        folder = os.path.join(staging, "extracted", subset)
+        members = builders.subset_members(subset)
+        extract_members(
+            archives[WMT16_ARCHIVE_OF[subset]], {m: os.path.join(folder, m) for m in members}
+        )
+        extracted[subset] = folder
+    builder = builders.wmt16_builder(extracted, data_dir=os.path.join(staging, "tfds"))
+    builders.build(builder, opts.download_dir)
+    return builders.folder_of(builder)
+
+
+# --- PTB ---------------------------------------------------------------------------------------
+
+PTB_MANIFEST = "lbtrain-prepared.json"
+
+
+def build_ptb(opts: Options, staging: str) -> str:
+    archive = opts.fetch(sources.PTB_ARCHIVE)
+    out = os.path.join(staging, "ptb")
+    extract_members(
+        archive, {member: os.path.join(out, name) for member, name in sources.PTB_FILES.values()}
+    )
+    digests = sources.apply_overrides(sources.PTB_DIGESTS, opts.checksums)
+    manifest = {"source": sources.PTB_ARCHIVE.url, "files": {}}
+    for _, name in sources.PTB_FILES.values():
+        path = os.path.join(out, name)
+        try:
+            check_file(path, digests[name], f"{archive} (member {name})")
+        except DataError:
+            os.remove(archive)  # the archive is what was wrong: fetch it anew next time
+            raise
+        with open(path, "rb") as f:
+            data = f.read()
+        manifest["files"][name] = {
+            "md5": hashlib.md5(data).hexdigest(),
+            "lines": data.count(b"\n"),
+            "words": len(data.split()),
+        }
+    with open(os.path.join(out, PTB_MANIFEST), "w") as f:
+        json.dump(manifest, f, indent=1, sort_keys=True)
+    return out
+
+
+def ptb_counts(root: str) -> dict[str, dict[str, int]]:
+    """Words and lines (= ``<eos>``) of each PTB file, counted from the files."""
+    out = {}
+    for split, (_, name) in sources.PTB_FILES.items():
+        data = rundir.read_bytes(rundir.path(join(root, "ptb", name)))
+        if data is None:
+            raise DataError(f"{join(root, 'ptb', name)} is missing")
+        out[split] = {"words": len(data.split()), "lines": data.count(b"\n")}
+    return out
+
+
+# --- ImageNet ----------------------------------------------------------------------------------
+
+
+def build_imagenet(opts: Options, staging: str) -> str:
+    raise DataError(
+        "lbtrain-data prepare imagenet2012 is not available yet: its array_record writer from the "
+        "two tars is being built; until then prepare it where TensorFlow is installed with "
+        "`tfds build imagenet2012 --manual_dir=DIR --file_format=array_record`"
+    )
+
+
+SPECS = {
+    "mnist": Spec(
+        name="mnist",
+        title="MNIST (TFDS mnist 3.0.1)",
+        terms=(
+            "MNIST: Yann LeCun, Corinna Cortes and Christopher Burges; made available under the "
+            "Creative Commons Attribution-Share Alike 3.0 licence"
+        ),
+        folder=MNIST_FOLDER,
+        marker="dataset_info.json",
+        official=sources.OFFICIAL["mnist"],
+        resources=_with_overrides(sources.MNIST),
+        build=build_mnist,
+        counts=tfds_counts(MNIST_FOLDER),
+        prepared_size="about 21 MB",
+        tfds_name="mnist",
+    ),
+    "ptb": Spec(
+        name="ptb",
+        title="Penn Treebank, Mikolov's word-level files (ptb.{train,valid,test}.txt)",
+        terms=(
+            "PTB: the Penn Treebank text is licensed by the LDC (LDC99T42); these are Mikolov's "
+            "preprocessed files from simple-examples.tgz, as used by Zaremba et al. for research"
+        ),
+        folder="ptb",
+        marker=PTB_MANIFEST,
+        official=sources.OFFICIAL["ptb"],
+        resources=lambda opts: {"archive": sources.PTB_ARCHIVE},
+        build=build_ptb,
+        counts=ptb_counts,
+        prepared_size="about 5 MB",
+    ),
+    "wmt16": Spec(
+        name="wmt16",
+        title="WMT16 German-English (TFDS wmt16_translate/de-en 1.0.0)",
+        terms=(
+            "WMT16: Europarl v7, Common Crawl and News Commentary v11 and the newstest sets, "
+            "published by the WMT workshop (statmt.org) for research; each corpus keeps its own "
+            "terms"
+        ),
+        folder=WMT16_FOLDER,
+        marker="dataset_info.json",
+        official=sources.OFFICIAL["wmt16"],
+        resources=_with_overrides(sources.WMT16),
+        build=build_wmt16,
+        counts=tfds_counts(WMT16_FOLDER),
+        prepared_size="about 1.4 GB (and 1.69 GB of archives in downloads/)",
+        tfds_name="wmt16_translate/de-en",
+    ),
+    "imagenet2012": Spec(
+        name="imagenet2012",
+        title="ImageNet ILSVRC 2012 (TFDS imagenet2012 5.1.0), from your own two tars",
+        terms=(
+            "ImageNet: by the ImageNet terms of access, for non-commercial research and "
+            "educational use only; download the tars yourself from image-net.org"
+        ),
+        folder="imagenet2012/5.1.0",
+        marker="dataset_info.json",
+        official=sources.OFFICIAL["imagenet2012"],
+        resources=_with_overrides(sources.IMAGENET),
+        build=build_imagenet,
+        counts=tfds_counts("imagenet2012/5.1.0"),
+        prepared_size="about 155 GB",
+        tfds_name="imagenet2012",
+    ),
+}

@@ -1,0 +1,147 @@
+"""Where prepared data goes, and how it gets there whole or not at all.
+
+The data root (``--data_dir``, a run's ``data.dir``) is one folder, local or ``gs://``, laid out as
+``tfds build`` lays it out: ``<root>/<name>/<config>/<version>/`` for a TFDS dataset, and
+``<root>/ptb/ptb.{train,valid,test}.txt`` for PTB. Its default is TFDS's own: ``$TFDS_DATA_DIR``,
+else ``~/tensorflow_datasets``; a relative path is taken from the caller's folder.
+
+A dataset is built in a local staging folder and then *published*: locally by one rename of the
+finished folder; on ``gs://`` (which array_record cannot write) by uploading every file and the
+file that marks the folder complete (TFDS's ``dataset_info.json``, PTB's manifest) last. So an
+interrupted or failed prepare leaves nothing a run would read. One prepare of a dataset at a time
+holds ``<root>/.lbtrain-prepare/<name>/run.lock`` (the run-directory lock: a dead holder's lock is
+taken over); a second one waits for it, then finds the data prepared.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import sys
+import tempfile
+import time
+
+from lbtrain import rundir
+from lbtrain.errors import DataError
+
+LOCK_FOLDER = ".lbtrain-prepare"
+
+
+def default_root() -> str:
+    """TFDS's default data folder: ``$TFDS_DATA_DIR``, else ``~/tensorflow_datasets``."""
+    return os.environ.get("TFDS_DATA_DIR") or os.path.join(
+        os.path.expanduser("~"), "tensorflow_datasets"
+    )
+
+
+def resolve_root(data_dir: str | os.PathLike | None) -> str:
+    """``data_dir`` as an absolute local path or a ``gs://`` URL ("" or None: the default)."""
+    text = os.fspath(data_dir) if data_dir else ""
+    if not text:
+        text = default_root()
+    if rundir.is_cloud(text):
+        return text.rstrip("/")
+    return os.path.abspath(os.path.expanduser(text))
+
+
+def local_download_dir(root: str, download_dir: str = "") -> str:
+    """Where source files are kept: ``download_dir``, else ``<root>/downloads`` for a local root
+    (TFDS's place), else the default local root's ``downloads``."""
+    if download_dir:
+        return os.path.abspath(os.path.expanduser(download_dir))
+    if not rundir.is_cloud(root):
+        return os.path.join(root, "downloads")
+    local = resolve_root(None)
+    if rundir.is_cloud(local):
+        local = os.path.join(os.path.expanduser("~"), "tensorflow_datasets")
+    return os.path.join(local, "downloads")
+
+
+def join(root: str, *parts: str) -> str:
+    return (
+        "/".join([root.rstrip("/"), *parts])
+        if rundir.is_cloud(root)
+        else os.path.join(root, *parts)
+    )
+
+
+def exists(p: str) -> bool:
+    with rundir.storage_errors(p, "read"):
+        return rundir.path(p).exists()
+
+
+@contextlib.contextmanager
+def prepare_lock(root: str, name: str, poll_s: float = 5.0):
+    """Hold the prepare lock of ``name`` under ``root``; while another live prepare holds it, say
+    so once and wait."""
+    folder = join(root, LOCK_FOLDER, name)
+    said = False
+    while True:
+        try:
+            held = rundir.lock(folder, heartbeat_s=30.0, stale_after_s=300.0)
+            break
+        except rundir.WorkdirLocked as e:
+            if not said:
+                print(f"lbtrain-data: waiting for another prepare of {name}: {e}", file=sys.stderr)
+                said = True
+            time.sleep(poll_s)
+    try:
+        yield
+    finally:
+        held.release()
+
+
+def publish_local(staged: str, final: str) -> None:
+    """Move the finished folder ``staged`` to ``final`` in one rename (same file system)."""
+    os.makedirs(os.path.dirname(final), exist_ok=True)
+    if os.path.exists(final):
+        raise DataError(f"{final} exists but is not a complete prepared folder: remove it")
+    os.rename(staged, final)
+
+
+def publish_cloud(staged: str, final: str, last: str) -> None:
+    """Upload every file under the local folder ``staged`` to ``final`` (gs://), ``last`` (a file
+    name at the top of ``staged``) after all others."""
+    files = []
+    for folder, _, names in os.walk(staged):
+        for n in sorted(names):
+            rel = os.path.relpath(os.path.join(folder, n), staged)
+            if rel != last:
+                files.append(rel)
+    for rel in [*files, last]:
+        src = os.path.join(staged, rel)
+        dst = rundir.path(final) / rel.replace(os.sep, "/")
+        with rundir.storage_errors(dst, "upload"):
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            with open(src, "rb") as f_in, dst.open("wb") as f_out:
+                shutil.copyfileobj(f_in, f_out, 1 << 22)
+
+
+def publish(staged: str, final: str, last: str) -> None:
+    """Publish the local folder ``staged`` as ``final`` (local or gs://): see the module
+    docstring."""
+    if rundir.is_cloud(final):
+        publish_cloud(staged, final, last)
+        shutil.rmtree(staged, ignore_errors=True)
+    else:
+        publish_local(staged, final)
+
+
+def staging_folder(root: str, download_dir: str, name: str) -> str:
+    """A fresh local folder to build ``name`` in: beside the final one for a local root (so the
+    publishing rename stays on one file system), in the download folder for gs://."""
+    base = root if not rundir.is_cloud(root) else download_dir
+    parent = os.path.join(base, LOCK_FOLDER, name) if base == root else base
+    os.makedirs(parent, exist_ok=True)
+    return tempfile.mkdtemp(prefix=f"staging-{name}-", dir=parent)
+
+
+def clear_stale_staging(root: str, download_dir: str, name: str) -> None:
+    """Remove staging folders an interrupted prepare of ``name`` left (call under the lock)."""
+    for base in {root if not rundir.is_cloud(root) else "", download_dir} - {""}:
+        parent = os.path.join(base, LOCK_FOLDER, name) if base == root else base
+        if os.path.isdir(parent):
+            for entry in os.listdir(parent):
+                if entry.startswith(f"staging-{name}-"):
+                    shutil.rmtree(os.path.join(parent, entry), ignore_errors=True)
