@@ -31,14 +31,17 @@ def write_csv(rows: list[dict], path: str) -> None:
 
 
 def render(exp: Experiment, local: bool, results_dir: str, out_prefix: str, command: str) -> dict:
-    """Summarise the runs under ``results_dir/runs`` and write ``out_prefix``.csv/.md/_*.png."""
+    """Summarise the runs under ``results_dir/runs`` and write ``out_prefix``.csv/.md/_*.png (the
+    PNGs only where matplotlib can be imported: ``plots_skipped`` in the summary says when not)."""
     plan = exp.plan(local)
     s = report_numbers.summarize(exp, plan, results_dir, local)
     if plan.tuning:
         s["tuned"] = report_tuning.tuned_cells(exp, plan, s)
     write_csv(s["rows"], out_prefix + ".csv")
     report_page.write_markdown(exp, plan, s, out_prefix + ".md", local, command)
-    if any("final" in r for r in s["rows"]):
+    if any("final" in r for r in s["rows"]) and not report_plots.available():
+        s["plots_skipped"] = True  # the page and the CSV do not depend on the plots
+    elif any("final" in r for r in s["rows"]):
         unit = next(
             (d["run_plan"].get("unit") for d in s["data"].values() if d and d["run_plan"]), "ex"
         )

@@ -11,7 +11,7 @@ import statistics
 from experiments import report_tuning
 from experiments.common import Experiment, Plan
 from experiments.report_numbers import TUNING_ROLES, cells, mean_se
-from experiments.report_text import PROTOCOL, cell_text, fmt
+from experiments.report_text import PROTOCOL, cell_text, fmt, hardware_text, wall_clock_text
 
 
 def seeds_line(rows: list[dict]) -> str:
@@ -41,12 +41,25 @@ def seeds_line(rows: list[dict]) -> str:
     )
 
 
+def hardware(s: dict, rows: list[dict]) -> list[dict]:
+    """The distinct hardware records (``provenance.json``'s ``hardware``) of ``rows``' runs, in
+    the order they first appear."""
+    out = []
+    for r in rows:
+        hw = (s["data"][r["run"]]["provenance"] or {}).get("hardware")
+        if hw and hw not in out:
+            out.append(hw)
+    return out
+
+
 def caveats(exp: Experiment, plan: Plan, s: dict, local: bool) -> list[str]:
     rows = [r for r in s["rows"] if "final" in r]
     prov = next(
         (s["data"][r["run"]]["provenance"] for r in rows if s["data"][r["run"]]["provenance"]), {}
     )
-    hw, ver, code = prov.get("hardware", {}), prov.get("versions", {}), prov.get("code", {})
+    ver, code = prov.get("versions", {}), prov.get("code", {})
+    hws = hardware(s, rows)
+    machines = "; ".join(dict.fromkeys(map(hardware_text, hws)))
     commits = sorted({r["commit"][:10] for r in rows if r.get("commit")})
     dirty = any(r.get("dirty") for r in rows)
     drop = [r["dropped_fraction"] for r in rows if r.get("dropped_fraction") is not None]
@@ -61,12 +74,9 @@ def caveats(exp: Experiment, plan: Plan, s: dict, local: bool) -> list[str]:
         ),
         seeds_line(rows),
         "- The speedup is a step-count speedup (updates to reach the target, Shallue et al. 2018). "
-        f"Wall-clock time on {hw.get('cpu_count', '?')} CPU cores says nothing about a TPU or GPU, "
-        "where a larger batch costs almost the same time per step. Steps are counted at "
-        "evaluations (every eval_every_epochs), so a count is exact only to one evaluation "
-        "interval.",
-        f"- Hardware and versions: {hw.get('devices', '?')} {hw.get('platform', '?')} device(s) "
-        f"({hw.get('device_kind', '?')}, {hw.get('cpu_count', '?')} CPU cores), jax "
+        f"{wall_clock_text(hws)} Steps are counted at evaluations (every eval_every_epochs), so a "
+        "count is exact only to one evaluation interval.",
+        f"- Hardware and versions: {machines or 'none recorded'}, jax "
         f"{ver.get('jax', '?')}, flax {ver.get('flax', '?')}, optax {ver.get('optax', '?')}; code "
         f"{', '.join(commits) or '?'}{' (with uncommitted changes)' if dirty else ''}.",
         f"- Protocol: [{PROTOCOL}](../../{PROTOCOL}) (target fixed from the base runs, budget with "

@@ -29,6 +29,15 @@ def _style(scheme: str, i: int):
     return LINESTYLES.get(scheme, [(0, (3, 1, 1, 1, 1, 1)), (0, (8, 2))][i % 2])
 
 
+def available() -> bool:
+    """Whether matplotlib (``lbtrain[plots]``) can be imported."""
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
 def _pyplot():
     import matplotlib
 

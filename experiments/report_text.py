@@ -1,6 +1,6 @@
 """The text of a page's numbers, shared by its parts (the page, the tuned column, the plots): how a
-number is written and what a table cell says. Pure functions of :mod:`experiments.report_numbers`'s
-rows and cells."""
+number is written, what a table cell says and how the hardware of the runs is named. Pure functions
+of :mod:`experiments.report_numbers`'s rows and cells and of the runs' provenance."""
 
 from __future__ import annotations
 
@@ -32,4 +32,40 @@ def cell_text(v: dict | None, base_steps: float | None) -> str:
         f"{fmt(v['final'])}{se} ({v['steps_to_target']:.0f} steps{speed}, "
         f"{v['reached']}/{v['seeds']}"
         f"{stopped})"
+    )
+
+
+def on_cpu(hw: dict) -> bool:
+    return hw.get("platform") == "cpu"
+
+
+def machine(hw: dict) -> str:
+    """What a run ran on, in a few words: its CPU cores, or its accelerators' count and kind."""
+    if on_cpu(hw):
+        return f"{hw.get('cpu_count', '?')} CPU cores"
+    return f"{hw.get('devices', '?')} x {hw.get('device_kind', '?')}"
+
+
+def hardware_text(hw: dict) -> str:
+    """The hardware line's words for one record (the CPU count only where the run ran on CPU)."""
+    cores = f", {hw.get('cpu_count', '?')} CPU cores" if on_cpu(hw) else ""
+    return (
+        f"{hw.get('devices', '?')} {hw.get('platform', '?')} device(s) "
+        f"({hw.get('device_kind', '?')}{cores})"
+    )
+
+
+def wall_clock_text(hws: list[dict]) -> str:
+    """What the runs' wall-clock times say, for the hardware they ran on."""
+    if not hws:
+        return "No run has finished, so no hardware is named; wall-clock time is not the speedup."
+    where = " and ".join(dict.fromkeys(machine(hw) for hw in hws))
+    if all(on_cpu(hw) for hw in hws):
+        return (
+            f"Wall-clock time on {where} says nothing about a TPU or GPU, where a larger batch "
+            "costs almost the same time per step."
+        )
+    return (
+        f"Wall-clock times are those of {where}, the hardware these runs used, and hold for it "
+        "alone; on an accelerator a larger batch costs almost the same time per step."
     )

@@ -1,10 +1,14 @@
 """Reproduce one of the paper's tables: run every run of an experiment, then render the table and
 plots.
 
-    # run (resumable) + render
-    python scripts/reproduce.py --experiment=mnist_lstm --local --jobs=2
-    # on a machine with GPUs: one run per GPU, or k runs sharing each
-    python scripts/reproduce.py --experiment=mnist_lstm --local --devices=0,1 --runs_per_device=4
+    # the scaled-down plan (--plan=local) on this machine's CPU: run (resumable) + render
+    python scripts/reproduce.py --experiment=mnist_lstm --plan=local --jobs=2
+    # the full plan (the default, --plan=full: the paper's setup and data) on a machine with GPUs:
+    # its cost first, then one run per GPU, or k runs sharing each
+    python scripts/reproduce.py --experiment=ptb_small --data_dir=$PTB_DIR --devices=all \
+        --estimate --step_times=docs/bench/lstm_step_h200.json --accelerator="NVIDIA H200"
+    python scripts/reproduce.py --experiment=ptb_small --data_dir=$PTB_DIR --devices=all \
+        --runs_per_device=4
     # a full table on a pool of Cloud TPU slices: its cost first, then the runs
     python scripts/reproduce.py --experiment=resnet50 --executor=tpu --slices=a:v4-32,b:v4-128 \
         --zone=us-central2-b --runs_dir=gs://BUCKET/runs/resnet50 --data_dir=gs://BUCKET/tfds \
@@ -16,18 +20,21 @@ plots.
     python scripts/reproduce.py --experiment=gnmt --print-commands
     python scripts/reproduce.py --experiment=gnmt --runs_dir=gs://BUCKET/runs/gnmt --publish
     # render what has run so far
-    python scripts/reproduce.py --experiment=gnmt --local --render
-    python scripts/reproduce.py --experiment=ptb_small --local --only=b20_base_s0,b1280_legw_s0
+    python scripts/reproduce.py --experiment=gnmt --plan=local --render
+    python scripts/reproduce.py --experiment=ptb_small --plan=local --only=b20_base_s0,b1280_legw_s0
 
-Each run trains in its own workdir (``<runs_dir>/<run name>``, default ``runs/<name>[_local]``). A
-run with ``results.json`` is finished and skipped; a killed run resumes from its last checkpoint
-when run again. A finished run's ``config.json``, ``metrics.jsonl``, ``results.json`` and
-``provenance.json`` (not its checkpoints) are copied to
-``experiments/results/<name>[_local]/runs/<run>/``, and the tables and plots (``<name>[_local].md``,
-``.csv``, ``_*.png``) are rendered from those files alone (:mod:`experiments.report`): ``--render``
-rebuilds them, byte for byte, from what is committed. ``--results=DIR`` publishes and reads the
-per-run files under ``DIR`` instead; ``--out=DIR`` writes the pages there (created) and still reads
-the runs from the results.
+``--plan`` picks which of the experiment's plans runs (``full``, the default, or ``local``);
+``--executor`` picks what starts its runs (``local``: processes on this machine, its CPU or its
+GPUs; ``tpu``: Cloud TPU slices). Each run trains in its own workdir (``<runs_dir>/<run name>``,
+default ``runs/<name>[_local]``). A run with ``results.json`` is finished and skipped; a killed
+run resumes from its last checkpoint when run again. A finished run's ``config.json``,
+``metrics.jsonl``, ``results.json`` and ``provenance.json`` (not its checkpoints) are copied to
+``experiments/results/<name>[_local]/runs/<run>/``, and the tables and plots
+(``<name>[_local].md``, ``.csv``, ``_*.png``) are rendered from those files alone
+(:mod:`experiments.report`): ``--render`` rebuilds them, byte for byte, from what is committed
+(the plots need ``lbtrain[plots]``: without matplotlib the pages and CSVs are written and one line
+says so). ``--results=DIR`` publishes and reads the per-run files under ``DIR`` instead;
+``--out=DIR`` writes the pages there (created) and still reads the runs from the results.
 
 A plan with a tuned column (:mod:`experiments.tuning`) unfolds as its runs finish: the learning-rate
 grid at each batch size first, two more points where the best one sits on the grid's edge, then the
@@ -40,7 +47,7 @@ without ``results.json`` or ``failure.json`` (killed, a held workdir lock, missi
 reported and tried again on the next pass; one that diverged is a result and is not. The
 protocol every experiment follows: docs/reproduce.md.
 
-    python scripts/reproduce.py --experiment=all --local --render  # every local table
+    python scripts/reproduce.py --experiment=all --plan=local --render  # every local table
 """
 
 from __future__ import annotations
@@ -67,7 +74,13 @@ _EXPERIMENT = flags.DEFINE_string(
     "Name in experiments/, a path to an experiment file, or all (with --render).",
     required=True,
 )
-_LOCAL = flags.DEFINE_bool("local", False, "The scaled-down local plan instead of the full one.")
+_PLAN = flags.DEFINE_enum(
+    "plan",
+    "full",
+    ["full", "local"],
+    "Which of the experiment's plans: full (the paper's setup) or local (the scaled-down one that "
+    "fits a CPU). Where the runs go is --executor's choice, not this flag's.",
+)
 _EXECUTOR = flags.DEFINE_enum(
     "executor",
     "local",
@@ -94,6 +107,13 @@ _IDLE_MINUTES = flags.DEFINE_float(
 )
 _MAX_PREEMPTIONS = flags.DEFINE_integer(
     "max_preemptions", 3, "tpu: recreate a run's slice and resume it at most this many times."
+)
+_RESET_PREEMPTIONS = flags.DEFINE_bool(
+    "reset_preemptions",
+    False,
+    "tpu: zero every run's preemption count in <runs_dir>/sweep.json before this pass (the counts "
+    "persist from pass to pass: a run that reached --max_preemptions gives up at its next "
+    "preemption on every later pass until they are reset).",
 )
 _JOBS = flags.DEFINE_integer(
     "jobs", 0, "Runs trained at the same time (default: one per slot; 1 on the CPU)."
@@ -175,15 +195,24 @@ def tag(exp, local: bool) -> str:
     return f"{exp.name}_local" if local else exp.name
 
 
-def render_one(exp, local: bool, results: str, out_dir: str) -> None:
+def render_one(exp, local: bool, results: str, out_dir: str) -> bool:
     """Render ``<out_dir>/<name>[_local].{md,csv}`` and its plots from the runs published under
-    ``results``."""
-    command = "python scripts/reproduce.py --experiment=" + exp.name + (" --local" if local else "")
+    ``results``; True when the plots were left out (no matplotlib)."""
+    command = (
+        "python scripts/reproduce.py --experiment=" + exp.name + (" --plan=local" if local else "")
+    )
     os.makedirs(out_dir, exist_ok=True)
     results_dir = os.path.join(results, tag(exp, local))
     s = report.render(exp, local, results_dir, os.path.join(out_dir, tag(exp, local)), command)
     done = sum("final" in r for r in s["rows"])
     print(f"rendered {done}/{len(s['rows'])} runs -> {os.path.join(out_dir, tag(exp, local))}.md")
+    return bool(s.get("plots_skipped"))
+
+
+NO_PLOTS = (
+    "reproduce: pages and CSVs written without their plots (matplotlib is not installed): "
+    "pip install 'lbtrain[plots]', then render again with --render"
+)
 
 
 def devices() -> list[int]:
@@ -231,11 +260,17 @@ def extra_flags() -> list[str]:
     return data + list(_EXTRA.value)
 
 
-def plan_cost(exp, plan):
-    """The plan's estimate from the flags (experiments/estimate.py)."""
+def chips_per_run():
+    """The chips a run uses, from --chips, --devices or the tpu pool (None: not known)."""
     chips = _CHIPS.value or (1 if _DEVICES.value else None)
     if not chips and _EXECUTOR.value == "tpu" and _SLICES.value:
         chips = functools.partial(smallest_chips, parse_slices(_SLICES.value))
+    return chips
+
+
+def plan_cost(exp, plan):
+    """The plan's estimate from the flags (experiments/estimate.py)."""
+    chips = chips_per_run()
     cached = [_PROBE_CACHE.value] if os.path.isfile(_PROBE_CACHE.value) else []
     try:
         times = StepTimes.load(*_STEP_TIMES.value, *cached, accelerator=_ACCELERATOR.value or None)
@@ -253,14 +288,17 @@ def plan_cost(exp, plan):
 
 def main(argv):
     del argv
-    local = _LOCAL.value
+    local = _PLAN.value == "local"
     results = _RESULTS.value or os.path.join(ROOT, "experiments", "results")
     out_dir = _OUT.value or results
     if _EXPERIMENT.value == "all":
         if not _RENDER.value:
             raise SystemExit("reproduce: --experiment=all only renders: add --render")
-        for name in catalog.names():
-            render_one(catalog.load(name), local, results, out_dir)
+        skipped = [
+            render_one(catalog.load(name), local, results, out_dir) for name in catalog.names()
+        ]
+        if any(skipped):
+            print(NO_PLOTS, flush=True)
         return
     try:
         exp = catalog.load(_EXPERIMENT.value)
@@ -294,7 +332,8 @@ def main(argv):
                 return
     except (scheduler.SweepError, TpuPoolError) as e:
         raise SystemExit(f"reproduce: {e}") from None
-    render_one(exp, local, results, out_dir)
+    if render_one(exp, local, results, out_dir):
+        print(NO_PLOTS, flush=True)
 
 
 def probe_step_times(exp, plan, cost, runs_dir: str):
@@ -329,11 +368,29 @@ def train(exp, plan, runs_dir: str, results_dir: str) -> None:
     if _ESTIMATE.value:
         if _EXECUTOR.value == "tpu" and _SLICES.value:
             parse_slices(_SLICES.value)
+        given = [
+            f
+            for f, v in (
+                ("--step_times", _STEP_TIMES.value),
+                ("--price_per_chip_hour", _PRICE.value is not None),
+            )
+            if v
+        ]
+        if given and not chips_per_run():
+            raise SystemExit(
+                f"reproduce: {given[0]} gives chip-hours only with the chips a run uses: add "
+                "--chips=N, --devices=..., or --executor=tpu --slices=..."
+            )
         cost = plan_cost(exp, plan)
         if _PROBE.value:
             cost = probe_step_times(exp, plan, cost, runs_dir)
         print(estimate.render(cost), end="")
         return
+    if _RESET_PREEMPTIONS.value and _EXECUTOR.value != "tpu":
+        raise SystemExit(
+            "reproduce: --reset_preemptions is for --executor=tpu, the executor that counts "
+            "preemptions"
+        )
     sweep = scheduler.Sweep(
         exp,
         plan,
@@ -345,6 +402,14 @@ def train(exp, plan, runs_dir: str, results_dir: str) -> None:
         _JOBS.value,
     )
     sweep.check()
+    if _RESET_PREEMPTIONS.value:
+        reset = sweep.state.reset_preemptions()
+        where = runfiles.join(runs_dir, "sweep.json")
+        print(
+            f"reset the preemption counts in {where}: "
+            + (", ".join(reset) if reset else "none was above 0"),
+            flush=True,
+        )
     if _MAX_CHIP_HOURS.value is not None or _EXECUTOR.value == "tpu":
         cost = plan_cost(exp, plan)
         print(estimate.totals_text(cost), end="", flush=True)
@@ -360,7 +425,21 @@ def train(exp, plan, runs_dir: str, results_dir: str) -> None:
         sys.exit(130)
 
 
+def refuse_old_flags(argv: list[str]) -> None:
+    """``--local`` read as "run on this machine" picked the scaled-down plan: it is refused, in
+    one line, instead of meaning something."""
+    for a in argv[1:]:
+        if a == "--":
+            return
+        if a.startswith("-") and a.split("=", 1)[0].lstrip("-") in ("local", "nolocal"):
+            raise SystemExit(
+                f"reproduce: {a} is no longer a flag: --plan=local picks the scaled-down plan "
+                "(--plan=full, the default, the paper's); --executor picks what runs it"
+            )
+
+
 if __name__ == "__main__":
+    refuse_old_flags(sys.argv)
     # both spellings
     sys.argv = [a.replace("--print-commands", "--print_commands", 1) for a in sys.argv]
     app.run(main)

@@ -14,7 +14,7 @@ def command(exp, runs, results, *flags) -> list[str]:
         sys.executable,
         "scripts/reproduce.py",
         f"--experiment={exp}",
-        "--local",
+        "--plan=local",
         f"--runs_dir={runs}",
         f"--results={results}",
         *flags,

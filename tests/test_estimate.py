@@ -259,3 +259,38 @@ def test_budget_runs_stretch_the_epochs(rows):
     assert [r.epochs for r in budget] == [20.0, 40.0]
     assert [r.steps for r in budget] == [2 * legw.steps, 4 * legw.steps]
     assert math.isclose(budget[0].examples, 2 * legw.examples)
+
+
+def test_step_times_without_the_chips_a_run_uses_are_refused_in_one_line(tmp_path):
+    """Chip-hours need a step time and the chips a run uses: --step_times (or a price) alone would
+    print steps only, silently; it is refused, and with --chips the same command prices the plan."""
+    import subprocess
+    import sys
+
+    flags = [
+        "--experiment=ptb_small",
+        "--estimate",
+        "--step_times=docs/bench/lstm_step_h200.json",
+        "--accelerator=NVIDIA H200",
+        f"--probe_cache={tmp_path / 'none.json'}",  # no cached step times
+    ]
+
+    def cli(*extra):
+        return subprocess.run(
+            [sys.executable, "scripts/reproduce.py", *flags, *extra],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+
+    for extra in ((), ("--price_per_chip_hour=2",)):
+        proc = cli(*extra)
+        assert proc.returncode != 0 and proc.stdout == ""
+        (line,) = proc.stderr.strip().splitlines()
+        assert line.startswith("reproduce: --step_times ") and "--chips=N" in line
+    priced = cli("--chips=1")
+    assert priced.returncode == 0, priced.stderr
+    assert "chip-h" in priced.stdout
+    base = next(x for x in priced.stdout.splitlines() if x.startswith("b20_base_s0 "))
+    assert base.split()[-2] == "0.001547"  # the measured step: PTB small, batch 20, float32

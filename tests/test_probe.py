@@ -64,7 +64,7 @@ def test_probe_measures_caches_and_the_next_estimate_reads_the_cache(tmp_path):
         sys.executable,
         "scripts/reproduce.py",
         f"--experiment={exp}",
-        "--local",
+        "--plan=local",
         "--estimate",
         "--accelerator=cpu",
         "--chips=1",

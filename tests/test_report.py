@@ -2,6 +2,7 @@
 mean +- standard error over seeds, diverged runs, the noise-scale ratio, and byte-identical
 re-rendering."""
 
+import json
 import math
 import os
 import statistics
@@ -72,7 +73,7 @@ def test_targets_steps_seeds_divergence_and_noise(tmp_path):
 
     out = str(tmp_path / "fake_local")
     report.render(
-        exp, True, str(tmp_path), out, "python scripts/reproduce.py --experiment=fake --local"
+        exp, True, str(tmp_path), out, "python scripts/reproduce.py --experiment=fake --plan=local"
     )
     md = open(out + ".md").read()
     assert f"Target: accuracy >= {target:.4g}" in md
@@ -89,7 +90,7 @@ def test_targets_steps_seeds_divergence_and_noise(tmp_path):
         if p.startswith("fake")
     }
     report.render(
-        exp, True, str(tmp_path), out, "python scripts/reproduce.py --experiment=fake --local"
+        exp, True, str(tmp_path), out, "python scripts/reproduce.py --experiment=fake --plan=local"
     )
     assert {p: open(os.path.join(tmp_path, p), "rb").read() for p in first} == first
 
@@ -143,3 +144,51 @@ def test_side_seeds_run_the_claim_and_base_on_every_seed_and_say_so(tmp_path):
         "- Seeds: 3 (0, 1, 2) for `base`; 2 (0, 1) for `legw`; 1 (0) for `linear`. "
     )
     assert report_numbers.cells(exp, s["rows"])[(40, "linear")]["final_se"] is None
+
+
+def provenance(root, name, **hardware):
+    (root / "runs" / name / "provenance.json").write_text(
+        json.dumps({"hardware": hardware, "versions": {"jax": "9.9"}, "code": {"commit": "c" * 40}})
+    )
+
+
+def test_the_page_names_the_hardware_its_runs_used(tmp_path):
+    """From each run's provenance: accelerators by count and kind (no CPU count), CPU runs by
+    their cores, and every kind when the runs differ; nothing invented when no run finished."""
+    exp = experiment()
+    gpu = dict(platform="gpu", device_kind="NVIDIA H200", devices=1, cpu_count=16)
+    names = {"b10_base_s0": 10, "b10_base_s1": 10, "b40_legw_s0": 40}
+    for name, batch in names.items():
+        fake_run(tmp_path, name, [0.5, 0.9], batch)
+        provenance(tmp_path, name, **gpu)
+
+    def page_lines():
+        s = report_numbers.summarize(exp, exp.local, str(tmp_path), local=True)
+        return report_page.caveats(exp, exp.local, s, True)
+
+    lines = page_lines()
+    speedup = next(x for x in lines if x.startswith("- The speedup"))
+    hw = next(x for x in lines if x.startswith("- Hardware and versions"))
+    assert "1 x NVIDIA H200" in speedup and "CPU cores" not in speedup
+    assert "1 gpu device(s) (NVIDIA H200), jax 9.9" in hw and "CPU cores" not in hw
+
+    tpu = dict(platform="tpu", device_kind="TPU v4", devices=4, cpu_count=240)
+    provenance(tmp_path, "b40_legw_s0", **tpu)
+    lines = page_lines()
+    speedup = next(x for x in lines if x.startswith("- The speedup"))
+    hw = next(x for x in lines if x.startswith("- Hardware and versions"))
+    assert "1 x NVIDIA H200 and 4 x TPU v4" in speedup
+    assert "1 gpu device(s) (NVIDIA H200); 4 tpu device(s) (TPU v4)" in hw
+
+    cpu = dict(platform="cpu", device_kind="cpu", devices=1, cpu_count=6)
+    for name in names:
+        provenance(tmp_path, name, **cpu)
+    lines = page_lines()
+    assert "Wall-clock time on 6 CPU cores says nothing about a TPU or GPU" in "\n".join(lines)
+    assert "1 cpu device(s) (cpu, 6 CPU cores)" in "\n".join(lines)
+
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    s = report_numbers.summarize(exp, exp.local, str(empty), local=True)
+    text = "\n".join(report_page.caveats(exp, exp.local, s, True))
+    assert "? CPU cores" not in text and "no hardware is named" in text

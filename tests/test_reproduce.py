@@ -37,7 +37,7 @@ def reproduce(exp_path, runs, out, *args, **kw):
         sys.executable,
         "scripts/reproduce.py",
         f"--experiment={exp_path}",
-        "--local",
+        "--plan=local",
         f"--runs_dir={runs}",
         f"--results={out}",
         *args,
@@ -141,7 +141,7 @@ def test_run_kill_resume_render(tmp_path):
     assert json.loads((published / "b16_base_s1" / "provenance.json").read_text())["seed"] == 1
     assert (
         "Paper's claim: a claim." in md
-        and "--experiment=tiny --local" in md
+        and "--experiment=tiny --plan=local" in md
         and "Seeds: 2 per setting" in md
     )
     for suffix in ("metric_vs_batch", "lr", "curves"):
@@ -189,3 +189,80 @@ def test_launch_order_puts_budget_runs_then_the_largest_batch_first():
         "b20_base_lr0.5_s0",
         "b20_base_lr2_s0",
     ]
+
+
+def cli(*flags, env=None) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "scripts/reproduce.py", *flags],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def test_the_plan_flag_picks_the_plan_and_local_is_refused_in_one_line():
+    """--plan=full (the default) is the paper's setup, --plan=local the scaled-down one; --local
+    (once read as "run it here") means nothing now and says what to write instead."""
+    from experiments import mnist_lstm
+
+    exp = mnist_lstm.EXPERIMENT
+    for flags, plan in (
+        ((), exp.full),
+        (("--plan=full",), exp.full),
+        (("--plan=local",), exp.local),
+    ):
+        proc = cli("--experiment=mnist_lstm", *flags, "--print-commands")
+        assert proc.returncode == 0, proc.stderr
+        lines = proc.stdout.splitlines()  # the plan's runs, then the tuning runs known so far
+        assert len(lines) > len(plan.runs)
+        for line, run in zip(lines, plan.runs, strict=False):
+            assert f"--config=configs/mnist_lstm.py:{run.arg}" in line, (line, run)
+    for old in ("--local", "--nolocal", "--local=true"):
+        proc = cli("--experiment=mnist_lstm", old, "--print-commands")
+        assert proc.returncode != 0 and proc.stdout == ""
+        (line,) = proc.stderr.strip().splitlines()
+        assert line.startswith(f"reproduce: {old} ") and "--plan=local" in line
+
+
+def committed_pages() -> dict[str, bytes]:
+    results = os.path.join(ROOT, "experiments", "results")
+    return {
+        name: open(os.path.join(results, name), "rb").read()
+        for name in os.listdir(results)
+        if os.path.isfile(os.path.join(results, name))
+    }
+
+
+def test_every_committed_page_renders_byte_for_byte_from_its_runs(tmp_path):
+    proc = cli("--experiment=all", "--plan=local", "--render", f"--out={tmp_path}")
+    assert proc.returncode == 0, proc.stderr
+    committed = committed_pages()
+    assert sorted(os.listdir(tmp_path)) == sorted(committed)
+    for name, data in committed.items():
+        assert (tmp_path / name).read_bytes() == data, name
+    assert "--plan=local" in (tmp_path / "mnist_lstm_local.md").read_text()
+
+
+def test_without_matplotlib_the_render_writes_the_page_and_csv_and_says_so(tmp_path):
+    """matplotlib made unimportable (a sitecustomize that sets sys.modules['matplotlib'] = None):
+    the pages and CSVs are the committed ones, no PNG is written, and one line names the extra."""
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text("import sys\nsys.modules['matplotlib'] = None\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), ROOT])}
+    check = subprocess.run(
+        [sys.executable, "-c", "import matplotlib"], env=env, capture_output=True, text=True
+    )
+    assert check.returncode != 0  # the trick holds in a child process
+    out = tmp_path / "out"
+    proc = cli("--experiment=all", "--plan=local", "--render", f"--out={out}", env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    committed = committed_pages()
+    written = sorted(os.listdir(out))
+    assert written == sorted(n for n in committed if not n.endswith(".png"))
+    for name in written:
+        assert (out / name).read_bytes() == committed[name], name
+    hints = [line for line in proc.stdout.splitlines() if "lbtrain[plots]" in line]
+    assert len(hints) == 1 and "matplotlib is not installed" in hints[0]

@@ -223,3 +223,85 @@ def test_bad_input_is_one_line_before_anything_is_created(tmp_path, gcs):
     )
     assert "gcloud is not on PATH" in proc.stderr.splitlines()[-1]
     assert not [c for c in fs.calls() if "create" in c]
+
+
+class PreemptingPool:
+    """A stand-in for the pool whose every launch ends on a slice the cloud took back (the
+    launcher is ``true``)."""
+
+    def __init__(self, max_preemptions: int):
+        self.max_preemptions, self.env, self.launches, self.lines = max_preemptions, None, 0, []
+
+    def creating(self, name):
+        pass
+
+    def create_flags(self, slot):
+        return []
+
+    def command(self, name):
+        self.launches += 1
+        return ["true"]
+
+    def state_of(self, name):
+        return "PREEMPTED"
+
+    def notify(self, name, text):
+        self.lines.append(text)
+
+
+def one_pass(runs_dir: str, max_preemptions: int, reset: bool = False):
+    """One pass of run ``r`` through the pool: (its launches, its record, the names reset)."""
+    from tpupool.executor import _Attempts
+
+    from experiments.sweep.scheduler import Slot
+    from experiments.sweep.state import SweepState
+
+    state = SweepState.load(runs_dir, "tpu")
+    reset_names = state.reset_preemptions() if reset else None
+    pool = PreemptingPool(max_preemptions)
+    record = state.run("r")
+    job = _Attempts(pool, Slot("s", 4), "r", [], os.path.join(runs_dir, "r"), record)
+    job.thread.join(timeout=60)
+    assert job.poll() not in (None, 0)  # given up
+    state.save()
+    return pool.launches, record, reset_names
+
+
+def test_preemption_counts_persist_across_passes_until_reset(tmp_path):
+    """A run that reached --max_preemptions gives up at its first preemption on every later pass
+    (the count lives in sweep.json); resetting the counts gives it the whole allowance again."""
+    runs_dir = str(tmp_path)
+    launches, record, _ = one_pass(runs_dir, 2)
+    assert (launches, record.preemptions) == (3, 3)  # 2 recreations allowed, the third gives up
+    assert "preempted 3 times: given up" in record.detail
+    launches, record, _ = one_pass(runs_dir, 2)
+    assert (launches, record.preemptions) == (1, 4)  # the next pass: no recreation at all
+    launches, record, reset = one_pass(runs_dir, 2, reset=True)
+    assert reset == ["r"] and (launches, record.preemptions) == (3, 3)
+    saved = json.loads((tmp_path / "sweep.json").read_text())
+    assert saved["runs"]["r"]["preemptions"] == 3
+
+
+def test_reset_preemptions_zeroes_the_counts_in_sweep_json(tmp_path, gcs):
+    """--reset_preemptions on the tpu executor rewrites <runs_dir>/sweep.json with every count at 0
+    before the pass (here a pass with nothing left to run); elsewhere it is refused in one line."""
+    exp, fs, env = pool_of_fakes(tmp_path, gcs)
+    runs, results = f"{gcs.root}/runs", tmp_path / "results"
+    published = results / "pool_local" / "runs"
+    for name in ("b12_base", "b32_legw", "b32_div"):  # every run has ended: nothing launches
+        (published / name).mkdir(parents=True)
+        (published / name / "results.json").write_text("{}")
+    counts = {"b12_base": 4, "b32_legw": 0, "b32_div": 1}
+    runs_state = {n: {"status": "stopped", "preemptions": c} for n, c in counts.items()}
+    rundir.write_json(f"{runs}/sweep.json", {"executor": "tpu", "slots": {}, "runs": runs_state})
+    pool = ["--executor=tpu", "--slices=small:v4-8", "--zone=us-central2-b"]
+    proc = reproduce_cli.run(exp, runs, results, *pool, "--reset_preemptions", env=env)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "reset the preemption counts in" in proc.stdout and "b12_base, b32_div" in proc.stdout
+    state = json.loads(rundir.read_bytes(f"{runs}/sweep.json"))
+    assert {n: r["preemptions"] for n, r in state["runs"].items()} == dict.fromkeys(counts, 0)
+    assert not [c for c in fs.calls() if "create" in c]
+
+    local = reproduce_cli.run(exp, tmp_path / "local", results, "--reset_preemptions")
+    (line,) = local.stderr.strip().splitlines()
+    assert local.returncode != 0 and "--reset_preemptions is for --executor=tpu" in line

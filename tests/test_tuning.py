@@ -209,7 +209,7 @@ def test_render_out_is_where_the_pages_go_and_the_runs_come_from_the_results(tmp
             sys.executable,
             "scripts/reproduce.py",
             "--experiment=resnet50",
-            "--local",
+            "--plan=local",
             "--render",
             f"--out={out}",
         ],

@@ -65,6 +65,16 @@ class SweepState:
             },
         )
 
+    def reset_preemptions(self) -> list[str]:
+        """Zero every run's preemption count (the counts persist from pass to pass, so a run that
+        reached ``--max_preemptions`` once would give up at its next preemption on every later
+        pass); saves the state and returns the runs whose count was not zero."""
+        reset = sorted(n for n, r in self.runs.items() if r.preemptions)
+        for name in reset:
+            self.runs[name].preemptions = 0
+        self.save()
+        return reset
+
     def totals(self) -> dict[str, int]:
         out: dict[str, int] = {}
         for r in self.runs.values():
