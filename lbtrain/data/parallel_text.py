@@ -294,8 +294,9 @@ def numbers_pairs(
 
 # data.corpus -> pairs per split; each reads its own data.* keys (and the languages, a fact)
 CORPORA = {"wmt16": wmt16_pairs, "bible": bible_pairs, "numbers": numbers_pairs}
-# the same, with the training split as a PairSource (the large corpus stays on disk)
-OPENERS = {"wmt16": wmt16_corpus}
+# a reader of CORPORA -> the same with the training split as a PairSource (left on disk); a
+# reader replaced in CORPORA (a test's stub) is called as it is
+OPENERS = {wmt16_pairs: wmt16_corpus}
 
 
 def load_pairs(
@@ -322,9 +323,10 @@ def open_corpus(
     """Like :func:`load_pairs`, with ``"train"`` a :class:`PairSource` (read on demand for WMT16,
     in memory for the small corpora)."""
     block = {"corpus": corpus, **corpus_args}
-    if corpus in OPENERS:
+    opener = OPENERS.get(CORPORA.get(corpus))
+    if opener is not None:
         return registry.make(
-            OPENERS,
+            {corpus: opener},
             block,
             path="data",
             key="corpus",
