@@ -215,5 +215,5 @@ def test_wmt16_reads_tfds_through_data_source_with_mock_data():
 
 
 def test_missing_wmt16_names_the_build_command(tmp_path):
-    with pytest.raises(DataError, match="tfds build wmt16_translate/de-en"):
+    with pytest.raises(DataError, match="lbtrain-data prepare wmt16"):
         parallel_text.load_pairs(corpus="wmt16", dir=str(tmp_path))
