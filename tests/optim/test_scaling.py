@@ -25,7 +25,9 @@ def test_warmup_rules(k):
 
 
 def test_resnet_lars_table_follows_the_rule():
-    # PAPER.md: base 512 -> LR 4, warmup 10/64 epochs; 32K -> LR 32 and 10 epochs.
+    # The paper's rule on its ResNet-50 + LARS recipe (You et al., SC'19, arXiv 1901.08256; the
+    # authors' lab's public ImageNet table): base 512 -> LR 4, warmup 10/64 epochs; 32K -> LR 32
+    # and 10 epochs.
     for batch, lr, warm in [
         (1024, 2**2.5, 0.3125),
         (4096, 2**3.5, 1.25),
