@@ -90,3 +90,63 @@ def test_readme_block_runs(lang, code, tmp_path):
         f"{code}\n--- stdout\n{proc.stdout[-2000:]}\n--- stderr\n{proc.stderr[-3000:]}"
     )
     assert proc.stdout.strip(), "a runnable block should show something"
+
+
+def readme() -> str:
+    with open(os.path.join(ROOT, "README.md"), encoding="utf-8") as f:
+        return f.read()
+
+
+def test_the_quick_test_count_is_what_make_test_quick_collects():
+    """The README's "~N fast tests" of `make test-quick`, against pytest's own count of the
+    Makefile's QUICK_TESTS (within 10 %: the count grows with every test)."""
+    with open(os.path.join(ROOT, "Makefile"), encoding="utf-8") as f:
+        quick = re.search(r"^QUICK_TESTS := (.+)$", f.read(), re.M).group(1).split()
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-m", "not slow", *quick],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    collected = re.search(r"^(\d+)(?:/\d+)? tests? collected", proc.stdout, re.M)
+    assert collected, proc.stdout[-2000:]
+    stated = re.search(r"`make test-quick` \| ~(\d+) fast tests", readme())
+    assert stated, "the README's make test-quick row"
+    assert abs(int(stated.group(1)) - int(collected.group(1))) <= 0.1 * int(collected.group(1))
+
+
+def seeds_text(plan) -> str:
+    """A plan's seeds per setting as the README's table writes them: ``3``, or ``3 (base, legw), 1
+    (the rest)`` where the claim's columns run more seeds than the others; ``-`` for no runs."""
+    by_column: dict[str, set] = {}
+    for r in plan.runs:
+        if r.role != "noise":
+            by_column.setdefault(r.column, set()).add(r.seed)
+    counts = {c: len(s) for c, s in by_column.items()}
+    if not counts:
+        return "-"
+    most, least = max(counts.values()), min(counts.values())
+    if most == least:
+        return str(most)
+    return f"{most} ({', '.join(c for c, n in counts.items() if n == most)}), {least} (the rest)"
+
+
+def test_the_seeds_table_is_what_each_plan_runs():
+    from experiments import catalog
+
+    table = {}
+    for line in readme().splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == 6 and cells[0].startswith("`"):
+            table[cells[0].strip("`")] = cells
+    assert sorted(table) == catalog.names()
+    for name, (_, _, full_seeds, _, local_seeds, _) in table.items():
+        exp = catalog.load(name)
+        assert full_seeds == seeds_text(exp.full), name
+        assert local_seeds == seeds_text(exp.local), name
+        for plan in (exp.full, exp.local):  # "the tuned column's best point runs on the seeds of
+            if plan.tuning:  # the claim's column"
+                claim = next(r.column for r in plan.runs if r.role not in ("base", "noise"))
+                seeds = {r.seed for r in plan.runs if r.column == claim}
+                assert set(plan.tuning.seeds) == seeds, name
