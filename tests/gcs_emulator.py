@@ -9,8 +9,9 @@ are what a Cloud TPU run exercises, and the Go server implements them as GCS doe
 
 ``GcsEmulator.env`` is the environment a client needs (gcsfs / google-cloud-storage:
 ``STORAGE_EMULATOR_HOST``; tensorstore: ``TENSORSTORE_GCS_HTTP_URL`` +
-``GOOGLE_AUTH_TOKEN_FOR_TESTING``; ``GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT=false`` stops gcsfs probing
-the bucket type over gRPC, 60 s per bucket). Pass it to subprocesses as ``dict(os.environ,
+``GOOGLE_AUTH_TOKEN_FOR_TESTING``; array_record: ``CLOUD_STORAGE_EMULATOR_ENDPOINT``;
+``GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT=false`` stops gcsfs probing the bucket type over gRPC, 60 s per
+bucket). Pass it to subprocesses as ``dict(os.environ,
 **emulator.env)``.
 """
 
@@ -52,6 +53,9 @@ class GcsEmulator:
             "STORAGE_EMULATOR_HOST": self.url,
             "TENSORSTORE_GCS_HTTP_URL": self.url,
             "GOOGLE_AUTH_TOKEN_FOR_TESTING": "x",
+            # array_record's own GCS client (TFDS reading array_record from gs://) finds the
+            # emulator only through this one; without it a read blocks for minutes
+            "CLOUD_STORAGE_EMULATOR_ENDPOINT": self.url,
             "GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT": "false",
             "GOOGLE_CLOUD_PROJECT": "test",
         }

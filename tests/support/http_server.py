@@ -4,7 +4,7 @@ answers ``Range`` requests with 206 as a file host does, and records every reque
 ``cut_after[path] = n``: the next response for ``path`` sends ``n`` bytes of its body, then closes
 the connection (a download cut mid-file); ``fail_next[path] = [code, ...]``: the next requests for
 ``path`` are answered with these HTTP status codes first (e.g. 503, as statmt answers to parallel
-downloads).
+downloads); ``delay_s[path] = s``: every response for ``path`` waits ``s`` seconds first.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import dataclasses
 import http.server
 import re
 import threading
+import time
 
 
 @dataclasses.dataclass
@@ -31,6 +32,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         srv = self.server
         path = self.path.split("?", 1)[0]
         srv.requests.append(Request(path, self.headers.get("Range")))
+        time.sleep(srv.delay_s.get(path, 0.0))
         failures = srv.fail_next.get(path)
         if failures:
             self.send_error(failures.pop(0))
@@ -74,6 +76,7 @@ class _Server(http.server.ThreadingHTTPServer):
         self.requests: list[Request] = []
         self.cut_after: dict[str, int] = {}
         self.fail_next: dict[str, list[int]] = {}
+        self.delay_s: dict[str, float] = {}
 
 
 class FileServer:
@@ -105,6 +108,10 @@ class FileServer:
     @property
     def fail_next(self) -> dict[str, list[int]]:
         return self._server.fail_next
+
+    @property
+    def delay_s(self) -> dict[str, float]:
+        return self._server.delay_s
 
     def stop(self) -> None:
         self._server.shutdown()

@@ -235,3 +235,48 @@ def test_no_tensorflow_is_imported(replicas, tmp_path):
         [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300
     )
     assert done.returncode == 0, done.stderr[-2000:]
+
+
+def test_into_gcs_and_read_back_from_there(replicas, gcs, tmp_path):
+    """gs:// is staged locally and uploaded, dataset_info.json last; TFDS reads the array_record
+    files from the bucket (array_record's own GCS client)."""
+    import tensorflow_datasets as tfds
+
+    root = f"{gcs.root}/tfds"
+    code = cli.main(replicas.args("mnist", root, f"--download_dir={tmp_path / 'dl'}"))
+    assert code == 0
+    ds = tfds.data_source("mnist", split="test", data_dir=root, download=False)
+    images, labels = data_replicas.mnist_arrays()["test"]
+    got = sorted(
+        (int(ds[i]["label"]), np.asarray(ds[i]["image"]).tobytes()) for i in range(len(ds))
+    )
+    assert got == sorted((int(y), x[:, :, None].tobytes()) for x, y in zip(images, labels))
+    # nothing was staged in the bucket, and nothing is left staged locally
+    from etils import epath
+
+    assert sorted(p.name for p in epath.Path(root).iterdir()) == ["mnist"]  # the lock released
+    assert not [p for p in (tmp_path / "dl").iterdir() if p.name.startswith("staging")]
+    assert cli.main(["verify", "mnist", f"--data_dir={root}"]) == 1  # the replica's counts
+
+
+def test_two_prepares_at_once_build_once(replicas, tmp_path):
+    """The second waits on the first's lock, then finds the data prepared: one build, both 0."""
+    import subprocess
+    import sys
+    import time
+
+    replicas.server.delay_s["/mirror/simple-examples.tgz"] = 2.0
+    try:
+        args = [a for a in replicas.args("ptb", tmp_path) if a != "--quiet"]
+        command = [sys.executable, "-m", "lbtrain.data.prepare.cli", *args]
+        first = subprocess.Popen(command, stderr=subprocess.PIPE, text=True)
+        time.sleep(1.0)
+        second = subprocess.Popen(command, stderr=subprocess.PIPE, text=True)
+        errs = [p.communicate(timeout=120)[1] for p in (first, second)]
+    finally:
+        replicas.server.delay_s.clear()
+    assert [first.returncode, second.returncode] == [0, 0], errs
+    assert sum(e.count("lbtrain-data: building ") for e in errs) == 1
+    assert f"ptb was prepared in {tmp_path}/ptb by another prepare" in errs[1]
+    for name, data in replicas.ptb_texts.items():
+        assert (tmp_path / "ptb" / name).read_bytes() == data
