@@ -5,7 +5,9 @@ launcher creates the slice when it is absent, reuses it when it is READY and its
 commit matches, and follows the run to its end. When it ends the slice's state says what happened:
 a PREEMPTED (or SUSPENDED, STOPPING, TERMINATED) slice is recreated by the next launch of the same
 command, and the run resumes from its ``gs://`` checkpoint, at most ``max_preemptions`` times,
-counted in the run's record. Process 0's log is appended to the workdir's ``stdout.log``.
+counted in the run's record (``sweep.json``, kept across passes: ``SweepState.reset_preemptions``,
+``reproduce.py --reset_preemptions``, sets the counts back to 0). Process 0's log is appended to
+the workdir's ``stdout.log``.
 
 Slices stay up between runs. With ``delete``: a slice this executor created and that has held no run
 for ``idle_minutes`` is deleted (created again when work comes), every such slice is deleted at the
