@@ -3,12 +3,12 @@ plots.
 
     # the scaled-down plan (--plan=local) on this machine's CPU: run (resumable) + render
     python scripts/reproduce.py --experiment=mnist_lstm --plan=local --jobs=2
-    # the full plan (the default, --plan=full: the paper's setup and data) on a machine with GPUs:
-    # its cost first, then one run per GPU, or k runs sharing each
-    python scripts/reproduce.py --experiment=ptb_small --data_dir=$PTB_DIR --devices=all \
-        --estimate --step_times=docs/bench/lstm_step_h200.json --accelerator="NVIDIA H200"
-    python scripts/reproduce.py --experiment=ptb_small --data_dir=$PTB_DIR --devices=all \
-        --runs_per_device=4
+    # the full plan (the default, --plan=full: the paper's setup and data) on a machine with GPUs,
+    # its data prepared first (lbtrain-data prepare ptb; --data_dir=DIR where it is not in the
+    # default data root): its cost, then one run per GPU, or k runs sharing each
+    python scripts/reproduce.py --experiment=ptb_small --devices=all --estimate \
+        --step_times=docs/bench/lstm_step_h200.json --accelerator="NVIDIA H200"
+    python scripts/reproduce.py --experiment=ptb_small --devices=all --runs_per_device=4
     # a full table on a pool of Cloud TPU slices: its cost first, then the runs
     python scripts/reproduce.py --experiment=resnet50 --executor=tpu --slices=a:v4-32,b:v4-128 \
         --zone=us-central2-b --runs_dir=gs://BUCKET/runs/resnet50 --data_dir=gs://BUCKET/tfds \
