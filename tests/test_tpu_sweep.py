@@ -5,10 +5,12 @@ run diverges: each run lands on a slice whose devices split its batch, the preem
 from its checkpoint on a recreated slice, the diverged run records its failure, every slice is
 deleted at the end, and every run's metrics equal the local executor's on as many devices."""
 
+import http.server
 import json
 import os
 import signal
 import textwrap
+import threading
 import time
 
 import pytest
@@ -305,3 +307,54 @@ def test_reset_preemptions_zeroes_the_counts_in_sweep_json(tmp_path, gcs):
     local = reproduce_cli.run(exp, tmp_path / "local", results, "--reset_preemptions")
     (line,) = local.stderr.strip().splitlines()
     assert local.returncode != 0 and "--reset_preemptions is for --executor=tpu" in line
+
+
+class _AnonymousCaller(http.server.BaseHTTPRequestHandler):
+    """Answers every request as Cloud Storage answers an anonymous caller on a private bucket:
+    401 with its JSON error (what gcsfs meets without Application Default Credentials, since it
+    then goes on anonymously)."""
+
+    def _deny(self):
+        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        perm = "storage.objects.create" if self.command == "POST" else "storage.objects.get"
+        msg = (
+            f"Anonymous caller does not have {perm} access to the Google Cloud Storage object. "
+            f"Permission '{perm}' denied on resource (or it may not exist)."
+        )
+        body = json.dumps({"error": {"code": 401, "message": msg}}).encode()
+        self.send_response(401)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    do_GET = do_POST = do_PUT = do_DELETE = _deny
+
+    def log_message(self, *args):
+        pass
+
+
+def test_without_application_default_credentials_the_pool_check_says_what_docs_say(tmp_path):
+    """docs/cloud_tpu.md quotes the line the tpu executor's check ends in when gcsfs has no
+    Application Default Credentials (and so calls Cloud Storage anonymously): it is that line."""
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _AnonymousCaller)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        exp = tmp_path / "pool.py"
+        exp.write_text(EXPERIMENT)
+        fs = FakeSlice(str(tmp_path / "fake"))
+        env = {
+            **fs.env,
+            "STORAGE_EMULATOR_HOST": f"http://127.0.0.1:{server.server_address[1]}",
+            "GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT": "false",
+        }
+        pool = ["--executor=tpu", "--slices=a:v4-8", "--zone=us-central2-b"]
+        runs = "gs://BUCKET/runs/resnet50"
+        proc = reproduce_cli.run(exp, runs, tmp_path / "results", *pool, env=env, timeout=300)
+    finally:
+        server.shutdown()
+    assert proc.returncode != 0
+    (line,) = proc.stderr.strip().splitlines()  # one line, no log of gcsfs's above it
+    with open(os.path.join(reproduce_cli.ROOT, "docs", "cloud_tpu.md"), encoding="utf-8") as f:
+        assert f"\n{line}\n" in f.read(), line
+    assert not [c for c in fs.calls() if "create" in c]

@@ -18,6 +18,7 @@ them, saying so. Without it the slices stay up, and the last lines say how to de
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
 import subprocess
@@ -259,10 +260,17 @@ class TpuExecutor:
         )
         if auth.returncode != 0 or not auth.stdout.strip():
             raise TpuPoolError("gcloud has no active account: run `gcloud auth login`")
+        # gcsfs logs a refused request with its traceback before raising it; the error becomes
+        # one line here, so the log would only repeat it
+        gcsfs_log = logging.getLogger("gcsfs")
+        level = gcsfs_log.level
+        gcsfs_log.setLevel(logging.CRITICAL)
         try:
             rundir.check_writable(runs_dir)
         except rundir.StorageError as e:
             raise TpuPoolError(f"--runs_dir: {e}") from None
+        finally:
+            gcsfs_log.setLevel(level)
 
     def slots(self) -> list[Slot]:
         return list(self._slots)
