@@ -174,3 +174,46 @@ def write_json(path, table: dict) -> str:
     with open(path, "w") as f:
         json.dump(table, f)
     return str(path)
+
+
+def imagenet_tars(folder, val_count: int = 60, damaged: str = "") -> dict[str, str]:
+    """``ILSVRC2012_img_train.tar`` (one archive per synset of TFDS's 1,000, one or two small real
+    photos each, TFDS's one CMYK file and its one PNG among them) and ``ILSVRC2012_img_val.tar``
+    (the first ``val_count`` official validation names), written into ``folder``; returns their
+    paths. ``damaged="train"`` cuts the train tar short."""
+    import os
+
+    from lbtrain.data import tfds_folder
+    from lbtrain.data.prepare import imagenet
+
+    cmyk, png = imagenet.fixes()
+    synsets = imagenet.synsets()
+    photos = tfds_folder.sample_photo_jpegs(len(synsets) + val_count, size=(40, 30))
+    special = {sorted(cmyk)[0]: "cmyk", sorted(png)[0]: "png"}
+    inner_tars = {}
+    for i, synset in enumerate(synsets):
+        members = {f"{synset}_{i}.JPEG": photos[i]}
+        for name, kind in special.items():
+            if name.startswith(synset + "_"):
+                image = tfds_folder.sample_photos()[0][:30, :40]
+                if kind == "cmyk":
+                    members[name] = tfds_folder.encode_jpeg(image, mode="CMYK")
+                else:
+                    from PIL import Image
+
+                    out = io.BytesIO()
+                    Image.fromarray(image).save(out, "PNG")
+                    members[name] = out.getvalue()
+        inner_tars[f"{synset}.tar"] = _tar(members, compress=False)
+    train = _tar(inner_tars, compress=False)
+    if damaged == "train":
+        train = train[: len(train) // 2]
+    names = [f"ILSVRC2012_val_{i + 1:08d}.JPEG" for i in range(val_count)]
+    val = _tar(dict(zip(names, photos[len(synsets) :])), compress=False)
+    paths = {"train": os.path.join(folder, imagenet.TARS["train"])}
+    paths["validation"] = os.path.join(folder, imagenet.TARS["validation"])
+    os.makedirs(folder, exist_ok=True)
+    for split, data in (("train", train), ("validation", val)):
+        with open(paths[split], "wb") as f:
+            f.write(data)
+    return paths

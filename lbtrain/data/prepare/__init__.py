@@ -101,13 +101,19 @@ def prepare(name: str, opts: Options) -> str:
             _say(f"{name} was prepared in {final} by another prepare", opts.quiet)
             return final
         target.clear_stale_staging(opts.root, opts.download_dir, name)
-        staging = target.staging_folder(opts.root, opts.download_dir, name)
+        if s.resumable:  # kept when the build fails: the next prepare resumes from it
+            staging = target.resume_folder(opts.root, opts.download_dir, name)
+        else:
+            staging = target.staging_folder(opts.root, opts.download_dir, name)
+        ok = False
         try:
             _say(f"building {s.title} in {staging}", opts.quiet)
             built = s.build(opts, staging)
             target.publish(built, final, s.marker)
+            ok = True
         finally:
-            shutil.rmtree(staging, ignore_errors=True)
+            if ok or not s.resumable:
+                shutil.rmtree(staging, ignore_errors=True)
     _say(f"{name} prepared in {final}", opts.quiet)
     return final
 

@@ -73,6 +73,23 @@ def _parser() -> argparse.ArgumentParser:
         help="a JSON file {basename: {size, digest}} replacing the recorded checksums of the "
         "files it names (a replica or a mirror of your own)",
     )
+    p_prep.add_argument(
+        "--workers",
+        type=int,
+        default=0,
+        help="imagenet2012: processes writing shards (default: one per core)",
+    )
+    p_prep.add_argument(
+        "--allow_subset",
+        action="store_true",
+        help="imagenet2012: accept tars with fewer classes or validation files than the official "
+        "ones (a subset of your own; verify says how many)",
+    )
+    p_prep.add_argument(
+        "--hash_tars",
+        action="store_true",
+        help="imagenet2012: also check the tars' sha256 against TFDS's records (reads 155 GB)",
+    )
     p_prep.add_argument("--quiet", action="store_true", help="no progress bars or status lines")
     p_verify = sub.add_parser("verify", help="compare a prepared dataset with the official counts")
     p_verify.add_argument("name", choices=list(prep.SPECS))
@@ -127,6 +144,9 @@ def main(argv: list[str] | None = None) -> int:
             manual_dir=args.manual_dir,
             checksums=args.checksums,
             quiet=args.quiet,
+            workers=args.workers,
+            allow_subset=args.allow_subset,
+            hash_tars=args.hash_tars,
         )
         prep.prepare(args.name, opts)
         ok, lines = prep.verify(args.name, root)

@@ -20,7 +20,7 @@ from collections.abc import Callable
 
 from lbtrain import rundir
 from lbtrain.data.prepare import builders, sources
-from lbtrain.data.prepare.download import Resource, check_file, fetch
+from lbtrain.data.prepare.download import Resource, check_file, fetch, file_digest
 from lbtrain.data.prepare.target import join
 from lbtrain.errors import DataError
 
@@ -36,6 +36,9 @@ class Options:
     manual_dir: str = ""
     checksums: str = ""
     quiet: bool = False
+    workers: int = 0  # imagenet2012: shard-writing processes (0: one per core)
+    allow_subset: bool = False  # imagenet2012: tars with fewer classes / files than the official
+    hash_tars: bool = False  # imagenet2012: also check the tars' sha256
 
     def fetch(self, resource: Resource) -> str:
         return fetch(
@@ -60,6 +63,7 @@ class Spec:
     counts: Callable[[str], dict[str, dict[str, int]]]  # root -> {split: {unit: n}}
     prepared_size: str
     tfds_name: str = ""  # name[/config] for tfds.data_source
+    resumable: bool = False  # a failed build keeps its staging folder and resumes from it
 
 
 def _fail_archive(path: str, e: BaseException) -> DataError:
@@ -222,12 +226,42 @@ def ptb_counts(root: str) -> dict[str, dict[str, int]]:
 # --- ImageNet ----------------------------------------------------------------------------------
 
 
+def check_tars(tars: dict[str, str], table: dict[str, Resource]) -> None:
+    """The user's tars against TFDS's recorded sizes and sha256 (never deleted: they are the
+    user's own copies)."""
+    for split, path in tars.items():
+        r = table[split]
+        algorithm, expected = r.digest.split(":", 1)
+        size = os.path.getsize(path)
+        got = file_digest(path, algorithm) if size == r.size else None
+        if size != r.size or got != expected:
+            problem = f"size {size:,}, expected {r.size:,}" if size != r.size else f"{got}"
+            raise DataError(
+                f"{path} is not the official {r.basename} ({problem}; expected {algorithm} "
+                f"{expected}): download it again from image-net.org"
+            )
+
+
 def build_imagenet(opts: Options, staging: str) -> str:
-    raise DataError(
-        "lbtrain-data prepare imagenet2012 is not available yet: its array_record writer from the "
-        "two tars is being built; until then prepare it where TensorFlow is installed with "
-        "`tfds build imagenet2012 --manual_dir=DIR --file_format=array_record`"
+    from lbtrain.data.prepare import imagenet
+
+    manual = opts.manual_dir or os.path.join(opts.download_dir, "manual")
+    tars = imagenet.find_tars(os.path.abspath(os.path.expanduser(manual)))
+    if opts.hash_tars:
+        check_tars(tars, _with_overrides(sources.IMAGENET)(opts))
+    version_dir = os.path.join(staging, "tfds", *IMAGENET_FOLDER.split("/"))
+    imagenet.build(
+        tars,
+        version_dir,
+        final=join(opts.root, IMAGENET_FOLDER) if rundir.is_cloud(opts.root) else "",
+        workers=opts.workers,
+        allow_subset=opts.allow_subset,
+        quiet=opts.quiet,
     )
+    return version_dir
+
+
+IMAGENET_FOLDER = "imagenet2012/5.1.0"
 
 
 SPECS = {
@@ -286,13 +320,14 @@ SPECS = {
             "ImageNet: by the ImageNet terms of access, for non-commercial research and "
             "educational use only; download the tars yourself from image-net.org"
         ),
-        folder="imagenet2012/5.1.0",
+        folder=IMAGENET_FOLDER,
         marker="dataset_info.json",
         official=sources.OFFICIAL["imagenet2012"],
         resources=_with_overrides(sources.IMAGENET),
         build=build_imagenet,
-        counts=tfds_counts("imagenet2012/5.1.0"),
+        counts=tfds_counts(IMAGENET_FOLDER),
         prepared_size="about 155 GB",
         tfds_name="imagenet2012",
+        resumable=True,
     ),
 }

@@ -137,6 +137,15 @@ def staging_folder(root: str, download_dir: str, name: str) -> str:
     return tempfile.mkdtemp(prefix=f"staging-{name}-", dir=parent)
 
 
+def resume_folder(root: str, download_dir: str, name: str) -> str:
+    """The one staging folder of a resumable build of ``name`` (kept until it is published)."""
+    base = root if not rundir.is_cloud(root) else download_dir
+    parent = os.path.join(base, LOCK_FOLDER, name) if base == root else base
+    folder = os.path.join(parent, f"resume-{name}")
+    os.makedirs(folder, exist_ok=True)
+    return folder
+
+
 def clear_stale_staging(root: str, download_dir: str, name: str) -> None:
     """Remove staging folders an interrupted prepare of ``name`` left (call under the lock)."""
     for base in {root if not rundir.is_cloud(root) else "", download_dir} - {""}:

@@ -1,0 +1,143 @@
+"""``lbtrain-data prepare imagenet2012`` from replica tars in the official layout: the folder its
+workers write shard by shard equals the folder TFDS's own imagenet2012 builder writes from the same
+tars (GeneratorBasedBuilder, same fixes), byte for byte in every shard; a broken tar is one line;
+an interrupted prepare resumes with the shards it lacks."""
+
+import io
+import json
+import os
+import tarfile
+
+import pytest
+from support import data_replicas
+
+from lbtrain.data.prepare import cli, imagenet
+
+tfds = pytest.importorskip("tensorflow_datasets")
+
+
+@pytest.fixture(scope="module")
+def tars(tmp_path_factory):
+    return data_replicas.imagenet_tars(tmp_path_factory.mktemp("manual"))
+
+
+def reference_folder(tars, data_dir) -> str:
+    """TFDS's imagenet2012 builder writing the same tars (reading them with tarfile, fixing with
+    PIL as lbtrain does): what `tfds build` makes of them."""
+    from tensorflow_datasets.datasets.imagenet2012 import imagenet2012_dataset_builder as b
+
+    cmyk, png = imagenet.fixes()
+    val_names = [m.name for m in imagenet.index_validation(tars["validation"], True)]
+    official = imagenet._tfds_lines("datasets/imagenet2012/validation_labels.txt")
+    val_labels = {n: official[int(n[15:23]) - 1] for n in val_names}
+
+    def members(path):
+        with tarfile.open(path, "r:") as tar:
+            for m in tar:
+                yield m.name, io.BytesIO(tar.extractfile(m).read())
+
+    class Reference(b.Builder, skip_registration=True):
+        name = "imagenet2012"
+        code_path = None
+
+        def _split_generators(self, dl_manager):
+            return {
+                "train": self._generate_examples(archive=members(tars["train"])),
+                "validation": self._generate_examples(
+                    archive=members(tars["validation"]), validation_labels=val_labels
+                ),
+            }
+
+        def _fix_image(self, image_fname, image):
+            if image_fname in cmyk | png:
+                return io.BytesIO(imagenet.to_rgb_jpeg(image.read()))
+            return image
+
+    builder = Reference(data_dir=str(data_dir), file_format="array_record")
+    builder.download_and_prepare(
+        download_config=tfds.download.DownloadConfig(try_download_gcs=False)
+    )
+    return os.fspath(builder.data_path)
+
+
+def test_the_folder_equals_tfds_own_builders(tars, tmp_path):
+    root = tmp_path / "data"
+    manual = os.path.dirname(tars["train"])
+    args = ["prepare", "imagenet2012", f"--data_dir={root}", f"--manual_dir={manual}"]
+    assert cli.main([*args, "--allow_subset", "--workers=2", "--quiet"]) == 0
+    ours = root / "imagenet2012" / "5.1.0"
+    theirs = reference_folder(tars, tmp_path / "reference")
+    shards = sorted(p for p in os.listdir(theirs) if ".array_record-" in p)
+    assert sorted(p for p in os.listdir(ours) if ".array_record-" in p) == shards
+    for name in shards:
+        assert (ours / name).read_bytes() == open(os.path.join(theirs, name), "rb").read(), name
+    info = json.loads((ours / "dataset_info.json").read_text())
+    ref = json.loads(open(os.path.join(theirs, "dataset_info.json")).read())
+    for key in ("name", "version", "fileFormat", "supervisedKeys", "splits"):
+        assert info.get(key) == ref.get(key), key
+    # the run's reader: every class present, the fixed files decode as RGB JPEG
+    ds = tfds.data_source("imagenet2012", split="train", data_dir=str(root), download=False)
+    assert len(ds) == 1002 and len({int(ds[i]["label"]) for i in range(len(ds))}) == 1000
+
+
+def test_a_tar_cut_short_is_one_line_and_nothing_is_prepared(tmp_path, capsys):
+    bad = data_replicas.imagenet_tars(tmp_path / "manual", val_count=3, damaged="train")
+    root = tmp_path / "data"
+    args = ["prepare", "imagenet2012", f"--data_dir={root}", f"--manual_dir={tmp_path / 'manual'}"]
+    assert cli.main([*args, "--allow_subset", "--quiet"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1
+    assert err[0].startswith(f"lbtrain-data: error: {bad['train']} is not a complete ImageNet tar")
+    assert not (root / "imagenet2012").exists()
+
+
+def test_a_subset_is_refused_without_allow_subset(tars, tmp_path, capsys):
+    args = ["prepare", "imagenet2012", f"--data_dir={tmp_path}"]
+    assert cli.main([*args, f"--manual_dir={os.path.dirname(tars['train'])}", "--quiet"]) == 1
+    assert capsys.readouterr().err.strip() == (
+        f"lbtrain-data: error: {tars['validation']} is not a complete ImageNet tar (60 validation "
+        "files, not 50000): download it again from image-net.org"
+    )
+
+
+WRITE_SHARD = imagenet.write_shard
+
+
+def dies_on_validation(tar, images, to_fix, path):
+    """write_shard that fails on the validation shard (module level: the workers unpickle it)."""
+    if "-validation." in path:
+        raise OSError("disk gone")
+    return WRITE_SHARD(tar, images, to_fix, path)
+
+
+def test_an_interrupted_prepare_resumes_with_the_shards_it_lacks(tars, tmp_path, monkeypatch):
+    """The first attempt dies writing the validation shard; the second writes only that one."""
+    real = imagenet.write_shard
+    folder = tmp_path / "staging"
+    monkeypatch.setattr(imagenet, "write_shard", dies_on_validation)
+    with pytest.raises(OSError, match="disk gone"):
+        imagenet.build(tars, str(folder), workers=1, allow_subset=True, quiet=True)
+    train = [p for p in folder.iterdir() if "-train." in p.name]
+    assert len(train) == 1 and not (folder / "dataset_info.json").exists()
+    stamp = train[0].stat().st_mtime_ns
+    monkeypatch.setattr(imagenet, "write_shard", real)
+    imagenet.build(tars, str(folder), workers=1, allow_subset=True, quiet=True)
+    assert train[0].stat().st_mtime_ns == stamp  # not written again
+    assert (folder / "dataset_info.json").exists()
+    assert not (folder / "lbtrain-plan.json").exists()
+
+
+def test_into_gcs_shard_by_shard_and_read_by_the_config_loader(tars, gcs, tmp_path):
+    from lbtrain.data import images
+
+    root = f"{gcs.root}/tfds"
+    manual = os.path.dirname(tars["train"])
+    args = ["prepare", "imagenet2012", f"--data_dir={root}", f"--manual_dir={manual}"]
+    extra = ["--allow_subset", "--quiet", f"--download_dir={tmp_path / 'dl'}"]
+    assert cli.main([*args, *extra]) == 0
+    source = images.imagenet_split("validation", root)
+    assert len(source) == 60
+    names = sorted(source[i]["file_name"].decode() for i in range(len(source)))
+    assert names == [f"ILSVRC2012_val_{i + 1:08d}.JPEG" for i in range(60)]
+    assert source[0]["image"][:2] == b"\xff\xd8"  # JPEG bytes, as stored
+    assert not (tmp_path / "dl" / "resume-imagenet2012").exists()  # removed once published
