@@ -26,9 +26,9 @@ def open_split(
         return tfds.data_source(name, split=split, data_dir=data_dir or None, download=False)
     except Exception as e:  # TFDS raises several kinds here; all mean "not prepared"
         if prepare is None:
-            from lbtrain.data.prepare import command
+            from lbtrain.data.prepare import command_hint
 
-            prepare = f"run `{command(PREPARE_NAMES.get(name, name), data_dir or '')}`"
+            prepare = command_hint(PREPARE_NAMES.get(name, name), data_dir or "")
         raise DataError(
             f"TFDS dataset {name!r} split {split!r} is not prepared in {data_dir or DEFAULT_DIR}: "
             f"{prepare}, or {instead} ({type(e).__name__}: {str(e).splitlines()[0]})"

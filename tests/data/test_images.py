@@ -139,5 +139,11 @@ def test_digits_examples_are_the_shifted_standardised_images():
 
 
 def test_missing_imagenet_says_where_to_put_the_archives(tmp_path):
-    with pytest.raises(DataError, match="ILSVRC2012_img_train.tar and ILSVRC2012_img_val.tar"):
+    with pytest.raises(DataError) as err:
         images.load(**mock_imagenet_cfg(dir=str(tmp_path)))
+    assert str(err.value).startswith(
+        f"TFDS dataset 'imagenet2012' split 'train' is not prepared in {tmp_path}: run "
+        f"`lbtrain-data prepare imagenet2012 --data_dir={tmp_path} --manual_dir=DIR` (DIR: the "
+        "folder holding ILSVRC2012_img_train.tar and ILSVRC2012_img_val.tar, downloaded from "
+        "image-net.org), or use source=digits ("
+    )

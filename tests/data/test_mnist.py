@@ -42,8 +42,12 @@ def test_tfds_source_through_data_source_with_mock_data():
 
 
 def test_missing_tfds_data_is_one_clear_error(tmp_path):
-    with pytest.raises(DataError, match=r"not prepared in .*tfds build mnist"):
+    with pytest.raises(DataError) as err:
         TfdsSource("mnist", "train", str(tmp_path))
+    assert str(err.value).startswith(
+        f"TFDS dataset 'mnist' split 'train' is not prepared in {tmp_path}: run `lbtrain-data "
+        f"prepare mnist --data_dir={tmp_path}`, or set data.source=embedded ("
+    )
 
 
 def test_unknown_names():

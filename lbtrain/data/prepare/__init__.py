@@ -19,14 +19,34 @@ from lbtrain.data.prepare import target
 from lbtrain.data.prepare.datasets import SPECS, Options, Spec
 from lbtrain.errors import DataError
 
-__all__ = ["SPECS", "Options", "Spec", "prepare", "verify", "is_prepared", "command"]
+__all__ = [
+    "SPECS",
+    "Options",
+    "Spec",
+    "command",
+    "command_hint",
+    "is_prepared",
+    "prepare",
+    "verify",
+]
 
 
 def command(name: str, data_dir: str = "") -> str:
     """The command that prepares ``name`` into ``data_dir`` (for error messages)."""
     where = f" --data_dir={data_dir}" if data_dir else ""
-    manual = " --manual_dir=FOLDER_WITH_THE_TWO_TARS" if name == "imagenet2012" else ""
+    manual = " --manual_dir=DIR" if name == "imagenet2012" else ""
     return f"lbtrain-data prepare {name}{where}{manual}"
+
+
+def command_hint(name: str, data_dir: str = "") -> str:
+    """``run `<command>` `` plus what its placeholders mean."""
+    hint = f"run `{command(name, data_dir)}`"
+    if name == "imagenet2012":
+        hint += (
+            " (DIR: the folder holding ILSVRC2012_img_train.tar and ILSVRC2012_img_val.tar, "
+            "downloaded from image-net.org)"
+        )
+    return hint
 
 
 def spec(name: str) -> Spec:
@@ -50,7 +70,7 @@ def verify(name: str, root: str) -> tuple[bool, list[str]]:
     s = spec(name)
     if not is_prepared(name, root):
         raise DataError(
-            f"{name} is not prepared in {target.join(root, s.folder)}: run `{command(name, root)}`"
+            f"{name} is not prepared in {target.join(root, s.folder)}: {command_hint(name, root)}"
         )
     counts = s.counts(root)
     lines, ok = [], True

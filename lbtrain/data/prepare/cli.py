@@ -4,7 +4,7 @@
     lbtrain-data prepare mnist               # into $TFDS_DATA_DIR, else ~/tensorflow_datasets
     lbtrain-data prepare wmt16 --data_dir=gs://BUCKET/tfds
     lbtrain-data prepare ptb --from=/shared/dl  # a node without internet
-    lbtrain-data prepare imagenet2012 --manual_dir=~/imagenet_tars
+    lbtrain-data prepare imagenet2012 --manual_dir=~/imagenet_tars  # your two tars
     lbtrain-data verify wmt16                # counts per split against the official ones
 
 A mistake a user can fix is one line, ``lbtrain-data: error: ...``, exit status 1 (2 for the
