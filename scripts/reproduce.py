@@ -130,7 +130,11 @@ _RUNS_PER_DEVICE = flags.DEFINE_integer(
     "local, with --devices: runs sharing each GPU, each with 1/k of its memory.",
 )
 _DATA_DIR = flags.DEFINE_string(
-    "data_dir", "", "The data folder of every run (sets --config.data.dir); local or gs://."
+    "data_dir",
+    "",
+    "The data root of every run (sets --config.data.dir; default: $TFDS_DATA_DIR, else "
+    "~/tensorflow_datasets, where lbtrain-data prepares); local (relative: from this folder) or "
+    "gs://.",
 )
 _ONLY = flags.DEFINE_list("only", [], "Run (and render) only these run names.")
 _RUNS_DIR = flags.DEFINE_string(
@@ -255,8 +259,17 @@ def make_executor(runs_dir: str):
     return local_executor.LocalExecutor(jobs=max(1, _JOBS.value))
 
 
+def caller_path(value: str) -> str:
+    """A folder flag as the caller meant it: a relative local path is taken from the folder
+    reproduce.py was started in (its runs start in the repository's root); gs:// as it is."""
+    if not value or value.startswith("gs://"):
+        return value
+    return os.path.abspath(os.path.expanduser(value))
+
+
 def extra_flags() -> list[str]:
-    data = [f"--config.data.dir={_DATA_DIR.value}"] if _DATA_DIR.value else []
+    data_dir = caller_path(_DATA_DIR.value)
+    data = [f"--config.data.dir={data_dir}"] if data_dir else []
     return data + list(_EXTRA.value)
 
 
@@ -289,8 +302,8 @@ def plan_cost(exp, plan):
 def main(argv):
     del argv
     local = _PLAN.value == "local"
-    results = _RESULTS.value or os.path.join(ROOT, "experiments", "results")
-    out_dir = _OUT.value or results
+    results = caller_path(_RESULTS.value) or os.path.join(ROOT, "experiments", "results")
+    out_dir = caller_path(_OUT.value) or results
     if _EXPERIMENT.value == "all":
         if not _RENDER.value:
             raise SystemExit("reproduce: --experiment=all only renders: add --render")
@@ -306,7 +319,7 @@ def main(argv):
         raise SystemExit(f"reproduce: {e}") from None
     plan = exp.plan(local)
     results_dir = os.path.join(results, tag(exp, local))
-    runs_dir = _RUNS_DIR.value or os.path.join(ROOT, "runs", tag(exp, local))
+    runs_dir = caller_path(_RUNS_DIR.value) or os.path.join(ROOT, "runs", tag(exp, local))
     known = runfiles.all_runs(exp, plan, runfiles.finals(exp, results_dir))
     if _ONLY.value and not set(_ONLY.value) <= {r.name for r in known}:
         unknown = sorted(set(_ONLY.value) - {r.name for r in known})

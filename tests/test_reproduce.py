@@ -266,3 +266,27 @@ def test_without_matplotlib_the_render_writes_the_page_and_csv_and_says_so(tmp_p
         assert (out / name).read_bytes() == committed[name], name
     hints = [line for line in proc.stdout.splitlines() if "lbtrain[plots]" in line]
     assert len(hints) == 1 and "matplotlib is not installed" in hints[0]
+
+
+def test_relative_folders_are_the_callers_not_the_repositorys(tmp_path):
+    """Runs start in the repository's root; a relative --data_dir or --runs_dir given where the
+    command was typed still means that folder."""
+    proc = subprocess.run(
+        [
+            sys.executable,
+            os.path.join(ROOT, "scripts", "reproduce.py"),
+            "--experiment=mnist_lstm",
+            "--plan=local",
+            "--data_dir=data",
+            "--runs_dir=my_runs",
+            "--print-commands",
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr
+    first = proc.stdout.splitlines()[0]
+    assert f"--config.data.dir={tmp_path / 'data'}" in first
+    assert f"--workdir={tmp_path / 'my_runs'}/" in first
