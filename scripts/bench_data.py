@@ -270,6 +270,9 @@ def main(argv):
             _PHASE.value
         ]()
         result["peak_rss_gb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
+        from lbtrain import provenance
+
+        result["code"] = provenance.code()  # a reused build keeps the commit it was measured at
         print(json.dumps(result))
         return
     from lbtrain import provenance
