@@ -12,7 +12,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 @pytest.mark.slow
-def test_runlocal_numbers_bleu_rises_well_above_the_first_eval(tmp_path, capsys):
+def test_runlocal_numbers_bleu_rises_well_above_the_first_eval(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("LBTRAIN_CACHE_DIR", str(tmp_path / "cache"))  # the token cache's folder
     config = config_lib.load_config(os.path.join(ROOT, "configs/gnmt.py") + ":runlocal=True")
     config.unlock()
     config.eval_every_epochs = 1.0
@@ -26,7 +27,15 @@ def test_runlocal_numbers_bleu_rises_well_above_the_first_eval(tmp_path, capsys)
     out = capsys.readouterr().out
     # data summary and samples
     assert "left out" in out and "reference: " in out and "output: " in out
-    assert os.path.isfile(tmp_path / "spm.model")
+    # the run's vocabulary is the one the shared token cache built, recorded in its workdir
+    with open(tmp_path / "token_cache.json") as f:
+        cache = json.load(f)
+    assert cache["folder"].startswith(str(tmp_path / "cache"))
+    with (
+        open(tmp_path / "spm.model", "rb") as a,
+        open(os.path.join(cache["folder"], "spm.model"), "rb") as b,
+    ):
+        assert a.read() == b.read()
     with open(tmp_path / "results.json") as f:
         saved = json.load(f)
     assert saved["final_by_split"]["test"]["bleu"] == pytest.approx(final_test["bleu"])

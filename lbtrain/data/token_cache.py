@@ -244,7 +244,11 @@ def _once(final, lock_dir, produce: Callable[[], None], log) -> bool:
             lock = rundir.RunLock(lock_dir, HEARTBEAT_S, STALE_S).acquire()
         except rundir.WorkdirLocked as e:
             if not waiting:
-                log(f"token cache: waiting for another process to build {final} ({e})", flush=True)
+                log(
+                    f"token cache: waiting for the process holding {lock_dir}/run.lock to build "
+                    f"{final}",
+                    flush=True,
+                )
                 waiting = True
             if time.time() > deadline:
                 raise DataError(f"gave up waiting {WAIT_S:.0f} s for {final}: {e}") from e
