@@ -55,6 +55,45 @@ SIZES = {
         exact=False,
     ),
 }
+# (data.name, data.source or data.corpus) -> the lbtrain-data dataset to prepare before any run
+PREPARE = {
+    ("mnist", "tfds"): "mnist",
+    ("images", "imagenet"): "imagenet2012",
+    ("lm", "ptb"): "ptb",
+    ("translation", "wmt16"): "wmt16",
+}
+# GNMT's one-time vocabulary and id build at WMT16's size, as scripts/bench_data.py measured it
+DATA_BUILD_BENCH = os.path.join("docs", "bench", "gnmt_data_wmt16_amd_epyc.json")
+
+
+def prepare_lines(names: list[str]) -> list[str]:
+    """Per dataset the plan reads: its prepare command and download size, and for WMT16 the shared
+    vocabulary and ids the first run builds (measured, from :data:`DATA_BUILD_BENCH`)."""
+    import json
+
+    from lbtrain.data import prepare
+    from lbtrain.data.prepare import sources
+
+    out = []
+    for name in names:
+        spec = prepare.SPECS[name]
+        table = spec.resources(prepare.Options(root="", download_dir=""))
+        download = sources.download_text(table)
+        out.append(f"before the runs: {prepare.command(name)} ({download}; once per data root)")
+        if name == "wmt16":
+            with open(os.path.join(ROOT, DATA_BUILD_BENCH)) as f:
+                bench = json.load(f)
+            build, start = bench["build"], bench["starts"][0]
+            hw = bench["hardware"]
+            out.append(
+                f"  and the shared vocabulary and ids, built by the first run: "
+                f"{build['wall_s'] / 60:.1f} min, {build['peak_rss_gb']:.1f} GB on "
+                f"{hw['cpu_count']} {hw['cpu_model']} cores; every other run maps them in "
+                f"{start['start_s']:.1f} s ({DATA_BUILD_BENCH})"
+            )
+    return out
+
+
 UNITS = {  # data.name -> what a row's items are (the dataset classes' own unit)
     "mnist": data_lib.ClassificationData.unit,
     "images": images.ImageData.unit,
@@ -206,6 +245,7 @@ class Estimate:
     accelerator: str | None
     price_per_chip_hour: float | None
     sources: tuple[str, ...]  # where the step times were measured
+    prepare: tuple[str, ...] = ()  # the lbtrain-data names of the real datasets it reads
 
     @property
     def missing(self) -> list[StepKey]:
@@ -279,7 +319,7 @@ def estimate(
     with ``price_per_chip_hour`` its price. Evaluation, compilation and checkpoints are not
     counted."""
     todo = [(r, "plan", True) for r in plan.runs] + tuning_runs(exp, plan)
-    rows, sizes = [], {}
+    rows, sizes, prepare = [], {}, {}
     for run, kind, low in todo:
         config = run_config(exp, plan, run)
         args = (devices, accelerator, step_times, price_per_chip_hour)
@@ -288,6 +328,10 @@ def estimate(
         if size:
             sizes[size.what] = size
             unit = UNITS[str(config.data.name)]
+        d = config.data
+        choice = d.get("source", d.get("corpus", ""))
+        if (str(d.name), str(choice)) in PREPARE:
+            prepare[PREPARE[str(d.name), str(choice)]] = None
     sources = {step_times.get(r.key)[1] for r in rows if r.step_s is not None}
     return Estimate(
         exp.name,
@@ -299,6 +343,7 @@ def estimate(
         accelerator,
         price_per_chip_hour,
         tuple(sorted(sources)),
+        tuple(prepare),
     )
 
 
@@ -376,6 +421,7 @@ def render(est: Estimate) -> str:
         kinds = dict.fromkeys(r.kind for r in est.rows)
         out += ["kinds ('?': in the high total only):"] + [f"  {k}: {KINDS[k]}" for k in kinds]
     out += [f"data: {s.what}" + ("" if s.exact else " (steps: an upper bound)") for s in est.sizes]
+    out += prepare_lines(list(est.prepare))
     if timed:
         out.append("step time: one update; evaluation, compilation and checkpoints not counted")
         out += [f"step times from {s}" for s in est.sources]

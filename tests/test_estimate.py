@@ -294,3 +294,27 @@ def test_step_times_without_the_chips_a_run_uses_are_refused_in_one_line(tmp_pat
     assert "chip-h" in priced.stdout
     base = next(x for x in priced.stdout.splitlines() if x.startswith("b20_base_s0 "))
     assert base.split()[-2] == "0.001547"  # the measured step: PTB small, batch 20, float32
+
+
+def test_full_plans_name_the_data_to_prepare_and_gnmts_one_time_build():
+    """Each full plan says which lbtrain-data command must run first (once per data root) with its
+    download size; GNMT's also says what its first run builds, as the committed benchmark
+    measured it. The local plans read embedded data and name none."""
+    expected = {
+        mnist_lstm: "lbtrain-data prepare mnist (11.6 MB download",
+        ptb_small: "lbtrain-data prepare ptb (download size not published",
+        ptb_large: "lbtrain-data prepare ptb (download size not published",
+        gnmt: "lbtrain-data prepare wmt16 (1.69 GB download",
+        resnet50: "lbtrain-data prepare imagenet2012 --manual_dir=DIR (154.64 GB download",
+        optimizers: "lbtrain-data prepare imagenet2012 --manual_dir=DIR (154.64 GB download",
+    }
+    for module, line in expected.items():
+        exp = module.EXPERIMENT
+        text = estimate.render(estimate.estimate(exp, exp.full))
+        assert f"before the runs: {line}; once per data root)" in text, exp.name
+        local = estimate.render(estimate.estimate(exp, exp.local)) if exp.local.runs else ""
+        assert "before the runs" not in local, exp.name
+    with open(os.path.join(ROOT, estimate.DATA_BUILD_BENCH)) as f:
+        build = json.load(f)["build"]
+    text = estimate.render(estimate.estimate(gnmt.EXPERIMENT, gnmt.EXPERIMENT.full))
+    assert f"built by the first run: {build['wall_s'] / 60:.1f} min" in text

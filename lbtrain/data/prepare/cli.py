@@ -101,15 +101,14 @@ def _list(root: str) -> int:
     print(f"data root: {root}")
     for name, s in prep.SPECS.items():
         table = s.resources(prep.Options(root=root, download_dir=""))
-        size = sources.total_size(table)
-        download = f"{size / 1e9:,.2f} GB" if size else "size not published"
+        download = sources.download_text(table)
         try:
             here = "prepared" if prep.is_prepared(name, root) else "not prepared"
         except LbtrainError as e:
             here = f"unknown ({e})"
         print(f"\n{name}: {s.title}")
         print(f"  in {target.join(root, s.folder)}: {here}")
-        print(f"  download {download}; prepared {s.prepared_size}")
+        print(f"  {download}; prepared {s.prepared_size}")
         for line in sources.describe(table):
             print(f"  source {line}")
         counts = ", ".join(f"{k} {v:,}" for k, v in s.official.counts.items())

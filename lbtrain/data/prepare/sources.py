@@ -150,10 +150,23 @@ def total_size(resources: dict[str, Resource]) -> int:
     return sum(r.size for r in resources.values())
 
 
+def human_size(size: int) -> str:
+    """Bytes as GB (1e9) from 1 GB up, as MB from 1 MB up, else as kB."""
+    if size >= 1e9:
+        return f"{size / 1e9:,.2f} GB"
+    return f"{size / 1e6:,.1f} MB" if size >= 1e6 else f"{size / 1e3:,.1f} kB"
+
+
+def download_text(resources: dict[str, Resource]) -> str:
+    """What fetching ``resources`` downloads, in one phrase."""
+    size = total_size(resources)
+    return f"{human_size(size)} download" if size else "download size not published"
+
+
 def describe(resources: dict[str, Resource]) -> list[str]:
     """One line per source file: its URL and recorded size."""
     return [
-        f"{r.url} ({r.size / 1e6:,.1f} MB)" if r.size else f"{r.url} (size not published)"
+        f"{r.url} ({human_size(r.size)})" if r.size else f"{r.url} (size not published)"
         for r in resources.values()
     ]
 
