@@ -14,6 +14,19 @@ import gcs_emulator  # noqa: E402  tests/ is on sys.path: pytest inserts a rootd
 import pytest  # noqa: E402
 
 
+@pytest.fixture(scope="session", autouse=True)
+def token_cache_of_the_session(tmp_path_factory):
+    """The translation token cache of every test (and the runs they start) in a folder of this
+    session, never the user's ~/.cache/lbtrain; a test that needs its own sets it again."""
+    previous = os.environ.get("LBTRAIN_CACHE_DIR")
+    os.environ["LBTRAIN_CACHE_DIR"] = str(tmp_path_factory.mktemp("lbtrain_cache"))
+    yield
+    if previous is None:
+        os.environ.pop("LBTRAIN_CACHE_DIR", None)
+    else:
+        os.environ["LBTRAIN_CACHE_DIR"] = previous
+
+
 @dataclasses.dataclass
 class Gcs:
     """``root``: ``gs://<fresh bucket>`` for this test; ``env``: the variables a subprocess needs;
