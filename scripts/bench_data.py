@@ -40,7 +40,7 @@ import time
 from absl import app, flags
 
 # benchlib/ is beside this file: on sys.path when it runs
-from benchlib.report import cpu_model, write_json
+from benchlib.report import lscpu_model, write_json
 
 _PAIRS = flags.DEFINE_integer("pairs", 4_548_885, "Training pairs (WMT16 en-de has 4,548,885).")
 _EVAL_PAIRS = flags.DEFINE_integer("eval_pairs", 3_000, "Pairs of validation and of test.")
@@ -66,18 +66,6 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 GOALS = {"start_s": 60.0, "start_rss_gb": 2.0, "build_s": 1800.0}
 EN_LETTERS = "etaoinshrdlcumwfgypbvkjxqz"
 DE_LETTERS = "enisratdhulcgmobwfkzvpäüößjyxq"
-
-
-def lscpu_model() -> str:
-    """``lscpu``'s model name (``/proc/cpuinfo``'s where lscpu is missing)."""
-    try:
-        out = subprocess.run(["lscpu"], capture_output=True, text=True, timeout=30).stdout
-        for line in out.splitlines():
-            if line.startswith("Model name:"):
-                return line.split(":", 1)[1].strip()
-    except (OSError, subprocess.TimeoutExpired):
-        pass
-    return cpu_model()
 
 
 def settings() -> dict:

@@ -42,7 +42,7 @@ from absl import app, flags
 
 # benchlib/ is beside this file: on sys.path when it runs
 from benchlib import input_stages
-from benchlib.report import cpu_model, write_json
+from benchlib.report import lscpu_model, write_json
 
 _IMAGES = flags.DEFINE_integer("images", 256, "JPEGs in the folder (and timed per pass).")
 _LARGE = flags.DEFINE_float("large_share", 0.1, "Share of them at 1600x1067 (ImageNet's tail).")
@@ -65,18 +65,6 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 H200_JSON = os.path.join(ROOT, "docs/bench/resnet50_step_h200.json")
 MLPERF_8XH200 = 63_800  # ResNet-50 images/s of an 8xH200 MLPerf training submission, as quoted
 TARGETS = {"example_over_old_path": 2.0, "example_over_pil_decode": 0.8}  # one core, the issue's
-
-
-def lscpu_model() -> str:
-    """``lscpu``'s model name (``/proc/cpuinfo``'s where lscpu is missing)."""
-    try:
-        out = subprocess.run(["lscpu"], capture_output=True, text=True, timeout=30).stdout
-        for line in out.splitlines():
-            if line.startswith("Model name:"):
-                return line.split(":", 1)[1].strip()
-    except (OSError, subprocess.TimeoutExpired):
-        pass
-    return cpu_model()
 
 
 def make_images(folder: str) -> tuple[list[bytes], dict]:

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 
 
@@ -125,3 +126,15 @@ def cpu_model() -> str:
     except OSError:
         pass
     return ""
+
+
+def lscpu_model() -> str:
+    """``lscpu``'s model name (``/proc/cpuinfo``'s where lscpu is missing)."""
+    try:
+        out = subprocess.run(["lscpu"], capture_output=True, text=True, timeout=30).stdout
+        for line in out.splitlines():
+            if line.startswith("Model name:"):
+                return line.split(":", 1)[1].strip()
+    except (OSError, subprocess.TimeoutExpired):
+        pass
+    return cpu_model()
