@@ -78,12 +78,12 @@ def verify(name: str, root: str) -> tuple[bool, list[str]]:
         got = counts.get(split, {})
         value = got.get(s.official.unit, got.get("examples"))
         good = value == expected
-        text = f"{split}: {value if value is not None else 'missing'} {s.official.unit}"
+        text = f"{split}: {f'{value:,}' if value is not None else 'missing'} {s.official.unit}"
         text += f" (official {expected:,})"
         if split in s.official.extra:
             lines_got, lines_expected = got.get("lines"), s.official.extra[split]
             good = good and lines_got == lines_expected
-            text += f", {lines_got} <eos> (official {lines_expected:,})"
+            text += f", {lines_got:,} <eos> (official {lines_expected:,})"
         ok = ok and good
         lines.append(("ok   " if good else "DIFF ") + text)
     if s.tfds_name:

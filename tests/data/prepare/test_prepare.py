@@ -81,7 +81,7 @@ def test_verify_compares_with_the_official_counts(replicas, tmp_path, capsys):
     assert cli.main(["verify", "mnist", f"--data_dir={tmp_path}"]) == 1  # a replica is small
     out = capsys.readouterr()
     n_train = data_replicas.MNIST_COUNTS["train"]
-    assert f"DIFF train: {n_train} examples (official 60,000)" in out.out
+    assert f"DIFF train: {n_train:,} examples (official 60,000)" in out.out
     assert "read through tfds.data_source: train 120, test 40" in out.out
     assert "mnist differs from the official counts" in out.err
 
