@@ -141,3 +141,30 @@ def test_into_gcs_shard_by_shard_and_read_by_the_config_loader(tars, gcs, tmp_pa
     assert names == [f"ILSVRC2012_val_{i + 1:08d}.JPEG" for i in range(60)]
     assert source[0]["image"][:2] == b"\xff\xd8"  # JPEG bytes, as stored
     assert not (tmp_path / "dl" / "resume-imagenet2012").exists()  # removed once published
+
+
+def test_hash_tars_checks_the_users_tars_and_never_deletes_them(tars, tmp_path, capsys):
+    import hashlib
+
+    def table(train_digest):
+        out = {}
+        for split, path in tars.items():
+            data = open(path, "rb").read()
+            digest = hashlib.sha256(data).hexdigest() if split != "train" else train_digest
+            out[os.path.basename(path)] = {"size": len(data), "digest": f"sha256:{digest}"}
+        return data_replicas.write_json(tmp_path / f"{train_digest[:4]}.json", out)
+
+    manual = os.path.dirname(tars["train"])
+    right = hashlib.sha256(open(tars["train"], "rb").read()).hexdigest()
+    base = ["prepare", "imagenet2012", f"--manual_dir={manual}", "--allow_subset", "--quiet"]
+    wrong = cli.main(
+        [*base, f"--data_dir={tmp_path / 'a'}", "--hash_tars", f"--checksums={table('0' * 64)}"]
+    )
+    assert wrong == 1
+    assert capsys.readouterr().err.strip() == (
+        f"lbtrain-data: error: {tars['train']} is not the official ILSVRC2012_img_train.tar "
+        f"({right}; expected sha256 {'0' * 64}): download it again from image-net.org"
+    )
+    assert os.path.exists(tars["train"])  # the user's file stays
+    good = [*base, f"--data_dir={tmp_path / 'b'}", "--hash_tars", f"--checksums={table(right)}"]
+    assert cli.main(good) == 0

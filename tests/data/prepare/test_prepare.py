@@ -280,3 +280,20 @@ def test_two_prepares_at_once_build_once(replicas, tmp_path):
     assert f"ptb was prepared in {tmp_path}/ptb by another prepare" in errs[1]
     for name, data in replicas.ptb_texts.items():
         assert (tmp_path / "ptb" / name).read_bytes() == data
+
+
+def test_too_little_disk_is_one_line_before_any_byte(replicas, tmp_path):
+    """A file larger than the free space is refused before the download starts."""
+    from lbtrain.data.prepare.download import Resource, fetch
+    from lbtrain.errors import DataError
+
+    huge = Resource(f"{replicas.mirror}/dev.tgz", 10**18, "sha256:" + "0" * 64)
+    start = len(replicas.server.requests)
+    with pytest.raises(DataError) as err:
+        fetch(huge, str(tmp_path / "dl"), quiet=True)
+    assert str(err.value).startswith(f"{tmp_path / 'dl'} has ")
+    assert str(err.value).endswith(
+        "GB free but needs 1,000,000,000.00 GB: free space there or pass another --download_dir "
+        "/ --data_dir"
+    )
+    assert len(replicas.server.requests) == start
