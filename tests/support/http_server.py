@@ -4,7 +4,8 @@ answers ``Range`` requests with 206 as a file host does, and records every reque
 ``cut_after[path] = n``: the next response for ``path`` sends ``n`` bytes of its body, then closes
 the connection (a download cut mid-file); ``fail_next[path] = [code, ...]``: the next requests for
 ``path`` are answered with these HTTP status codes first (e.g. 503, as statmt answers to parallel
-downloads); ``delay_s[path] = s``: every response for ``path`` waits ``s`` seconds first.
+downloads); ``delay_s[path] = s``: every response for ``path`` waits ``s`` seconds first;
+``ignore_range``: paths answered whole (200) whatever ``Range`` asks, as some file hosts do.
 """
 
 from __future__ import annotations
@@ -43,6 +44,8 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             return
         start, status = 0, 200
         match = re.fullmatch(r"bytes=(\d+)-", self.headers.get("Range") or "")
+        if path in srv.ignore_range:
+            match = None
         if match:
             start = int(match.group(1))
             if start >= len(body):
@@ -77,6 +80,7 @@ class _Server(http.server.ThreadingHTTPServer):
         self.cut_after: dict[str, int] = {}
         self.fail_next: dict[str, list[int]] = {}
         self.delay_s: dict[str, float] = {}
+        self.ignore_range: set[str] = set()
 
 
 class FileServer:
@@ -108,6 +112,10 @@ class FileServer:
     @property
     def fail_next(self) -> dict[str, list[int]]:
         return self._server.fail_next
+
+    @property
+    def ignore_range(self) -> set[str]:
+        return self._server.ignore_range
 
     @property
     def delay_s(self) -> dict[str, float]:

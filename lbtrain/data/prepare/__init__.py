@@ -3,9 +3,11 @@
 ``prepare(name, options)`` fetches a dataset's official files (resumable, retried, checked against
 recorded sizes and digests), builds the folder ``tfds build`` would build (TFDS's own builders,
 array_record, TFDS's keys and order) or PTB's three files, and publishes it under the data root
-whole or not at all (:mod:`~lbtrain.data.prepare.target`). A prepared dataset is verified, not
-built again. ``verify(name, root)`` compares what a prepared folder holds with the official
-counts; it reads a folder a real ``tfds build`` made just as well.
+whole or not at all (:mod:`~lbtrain.data.prepare.target`). A prepared dataset is checked (the
+TFDS file format; PTB's files against the MD5s recorded when they were prepared, a damaged one
+prepared again), not built again. ``verify(name, root)`` compares what a prepared folder holds
+with the official counts; it reads a folder a real ``tfds build --file_format=array_record`` made
+just as well.
 """
 
 from __future__ import annotations
@@ -65,6 +67,17 @@ def _say(message: str, quiet: bool = False) -> None:
         print(f"lbtrain-data: {message}", file=sys.stderr)
 
 
+def unusable(name: str, root: str) -> DataError:
+    """The error for a prepared folder that fails its check."""
+    s = spec(name)
+    folder = target.join(root, s.folder)
+    why = s.check(root)
+    advice = f"remove {folder} and {command_hint(name, root)} again"
+    if s.tfds_name and "array_record" in why:
+        advice += f", or rebuild it with `tfds build {s.tfds_name} --file_format=array_record`"
+    return DataError(f"{folder} cannot be used: {why}: {advice}")
+
+
 def verify(name: str, root: str) -> tuple[bool, list[str]]:
     """(whether ``name`` under ``root`` holds the official counts, one line per split)."""
     s = spec(name)
@@ -72,6 +85,8 @@ def verify(name: str, root: str) -> tuple[bool, list[str]]:
         raise DataError(
             f"{name} is not prepared in {target.join(root, s.folder)}: {command_hint(name, root)}"
         )
+    if s.check(root):
+        raise unusable(name, root)
     counts = s.counts(root)
     lines, ok = [], True
     for split, expected in s.official.counts.items():
@@ -100,8 +115,16 @@ def _read_check(s: Spec, root: str) -> str:
         import tensorflow_datasets.translate  # noqa: F401  registers the legacy builder
     read = []
     for split in s.official.counts:
-        ds = tfds.data_source(s.tfds_name, split=split, data_dir=root, download=False)
-        ds[0], ds[len(ds) - 1]
+        try:
+            ds = tfds.data_source(s.tfds_name, split=split, data_dir=root, download=False)
+            ds[0], ds[len(ds) - 1]
+        except Exception as e:  # TFDS and array_record raise many kinds: all mean unreadable
+            first = (str(e).splitlines() or [""])[0][:200]
+            raise DataError(
+                f"{target.join(root, s.folder)} split {split!r} cannot be read through "
+                f"tfds.data_source ({type(e).__name__}: {first}): remove the folder and "
+                f"{command_hint(s.name, root)} again"
+            ) from e
         read.append(f"{split} {len(ds):,}")
     return "read through tfds.data_source: " + ", ".join(read)
 
@@ -110,16 +133,22 @@ def prepare(name: str, opts: Options) -> str:
     """Prepare ``name`` under ``opts.root`` (see the module docstring); returns the folder."""
     s = spec(name)
     final = target.join(opts.root, s.folder)
-    if is_prepared(name, opts.root):
+    if is_prepared(name, opts.root) and not s.check(opts.root):
         _say(f"{name} is already prepared in {final}", opts.quiet)
         return final
+    if is_prepared(name, opts.root) and not s.rebuild:
+        raise unusable(name, opts.root)
     _say(f"terms: {s.terms}", opts.quiet)
     if rundir.is_cloud(opts.root):
         rundir.require_cloud_extra(opts.root)
-    with target.prepare_lock(opts.root, name):
-        if is_prepared(name, opts.root):  # another prepare finished while this one waited
-            _say(f"{name} was prepared in {final} by another prepare", opts.quiet)
-            return final
+    with target.prepare_lock(opts.root, opts.download_dir, name) as held:
+        if is_prepared(name, opts.root):
+            why = s.check(opts.root)
+            if not why:  # another prepare finished while this one waited
+                _say(f"{name} was prepared in {final} by another prepare", opts.quiet)
+                return final
+            _say(f"{final}: {why}: preparing it again", opts.quiet)
+            target.remove(final)
         target.clear_stale_staging(opts.root, opts.download_dir, name)
         if s.resumable:  # kept when the build fails: the next prepare resumes from it
             staging = target.resume_folder(opts.root, opts.download_dir, name)
@@ -129,7 +158,8 @@ def prepare(name: str, opts: Options) -> str:
         try:
             _say(f"building {s.title} in {staging}", opts.quiet)
             built = s.build(opts, staging)
-            target.publish(built, final, s.marker)
+            held.check()  # still ours: no other prepare took the lock over meanwhile
+            target.publish(built, final, s.marker, s.unpublished)
             ok = True
         finally:
             if ok or not s.resumable:

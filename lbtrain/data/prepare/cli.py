@@ -14,11 +14,23 @@ command line); ``verify`` exits 1 when a count differs from the official one.
 from __future__ import annotations
 
 import argparse
+import errno
 import sys
 
 from lbtrain.data import prepare as prep
 from lbtrain.data.prepare import sources, target
 from lbtrain.errors import LbtrainError
+
+
+def _count(text: str) -> int:
+    """A whole number >= 0 (0: the default)."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number >= 0")
+    return value
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -75,7 +87,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     p_prep.add_argument(
         "--workers",
-        type=int,
+        type=_count,
         default=0,
         help="imagenet2012: processes writing shards (default: one per core)",
     )
@@ -103,7 +115,10 @@ def _list(root: str) -> int:
         table = s.resources(prep.Options(root=root, download_dir=""))
         download = sources.download_text(table)
         try:
-            here = "prepared" if prep.is_prepared(name, root) else "not prepared"
+            here = "not prepared"
+            if prep.is_prepared(name, root):
+                why = s.check(root)
+                here = f"prepared, but cannot be used: {why}" if why else "prepared"
         except LbtrainError as e:
             here = f"unknown ({e})"
         print(f"\n{name}: {s.title}")
@@ -151,14 +166,31 @@ def main(argv: list[str] | None = None) -> int:
         ok, lines = prep.verify(args.name, root)
         for line in lines:
             print(f"  {line}")
-        return 0
+        if ok or args.checksums or args.allow_subset:  # files of your own: other counts expected
+            return 0
+        print(
+            f"lbtrain-data: error: {args.name} was prepared but differs from the official counts "
+            "(lines marked DIFF): its sources are not the official files",
+            file=sys.stderr,
+        )
+        return 1
     except LbtrainError as e:
         print(f"lbtrain-data: error: {e}", file=sys.stderr)
         return 1
+    except OSError as e:
+        if e.errno not in (errno.ENOSPC, errno.EDQUOT):
+            raise  # not the user's to fix: a bug, with its traceback
+        print(
+            f"lbtrain-data: error: no space left writing {e.filename or 'the data'}: free space "
+            "there or pass another --data_dir / --download_dir, then prepare again (what is done "
+            "is kept)",
+            file=sys.stderr,
+        )
+        return 1
     except KeyboardInterrupt:
         print(
-            "lbtrain-data: interrupted: nothing was published; a partial download resumes on the "
-            "next prepare",
+            "lbtrain-data: interrupted: nothing was marked prepared; a partial download (and "
+            "ImageNet's finished shards) resume on the next prepare",
             file=sys.stderr,
         )
         return 130

@@ -64,6 +64,10 @@ class Spec:
     prepared_size: str
     tfds_name: str = ""  # name[/config] for tfds.data_source
     resumable: bool = False  # a failed build keeps its staging folder and resumes from it
+    # root -> why a folder whose marker exists cannot be used as it is (None: it can)
+    check: Callable[[str], str | None] = lambda root: None
+    rebuild: bool = False  # a folder that fails its check is prepared again, not refused
+    unpublished: tuple[str, ...] = ()  # staging files that are never published
 
 
 def _fail_archive(path: str, e: BaseException) -> DataError:
@@ -123,6 +127,25 @@ def tfds_counts(folder: str) -> Callable[[str], dict[str, dict[str, int]]]:
         }
 
     return counts
+
+
+def tfds_check(folder: str) -> Callable[[str], str | None]:
+    """A TFDS folder is usable by a run only as array_record (``tfds.data_source``); ``tfds
+    build``'s default is tfrecord."""
+
+    def check(root: str) -> str | None:
+        info = rundir.read_json(rundir.path(join(root, folder, "dataset_info.json")))
+        if not isinstance(info, dict):
+            return "its dataset_info.json is not readable JSON"
+        file_format = info.get("fileFormat") or "tfrecord"
+        if file_format != "array_record":
+            return (
+                f"its files are {file_format}, which random access (tfds.data_source) cannot "
+                "read: it needs array_record"
+            )
+        return None
+
+    return check
 
 
 def _with_overrides(table: dict[str, Resource]) -> Callable[[Options], dict[str, Resource]]:
@@ -212,6 +235,20 @@ def build_ptb(opts: Options, staging: str) -> str:
     return out
 
 
+def ptb_check(root: str) -> str | None:
+    """The three files as the prepare wrote them (their MD5s in its manifest)."""
+    manifest = rundir.read_json(rundir.path(join(root, "ptb", PTB_MANIFEST)))
+    if not isinstance(manifest, dict) or not isinstance(manifest.get("files"), dict):
+        return f"its {PTB_MANIFEST} is not readable"
+    for name, recorded in manifest["files"].items():
+        data = rundir.read_bytes(rundir.path(join(root, "ptb", name)))
+        if data is None:
+            return f"{name} is missing"
+        if hashlib.md5(data).hexdigest() != recorded.get("md5"):
+            return f"{name} is not the file it prepared (its MD5 differs)"
+    return None
+
+
 def ptb_counts(root: str) -> dict[str, dict[str, int]]:
     """Words and lines (= ``<eos>``) of each PTB file, counted from the files."""
     out = {}
@@ -278,8 +315,9 @@ SPECS = {
         resources=_with_overrides(sources.MNIST),
         build=build_mnist,
         counts=tfds_counts(MNIST_FOLDER),
-        prepared_size="about 21 MB",
+        prepared_size="about 27 MB",
         tfds_name="mnist",
+        check=tfds_check(MNIST_FOLDER),
     ),
     "ptb": Spec(
         name="ptb",
@@ -295,6 +333,8 @@ SPECS = {
         build=build_ptb,
         counts=ptb_counts,
         prepared_size="about 5 MB",
+        check=ptb_check,
+        rebuild=True,
     ),
     "wmt16": Spec(
         name="wmt16",
@@ -310,6 +350,7 @@ SPECS = {
         resources=_with_overrides(sources.WMT16),
         build=build_wmt16,
         counts=tfds_counts(WMT16_FOLDER),
+        check=tfds_check(WMT16_FOLDER),
         prepared_size="about 1.4 GB (and 1.69 GB of archives in downloads/)",
         tfds_name="wmt16_translate/de-en",
     ),
@@ -329,5 +370,7 @@ SPECS = {
         prepared_size="about 155 GB",
         tfds_name="imagenet2012",
         resumable=True,
+        check=tfds_check(IMAGENET_FOLDER),
+        unpublished=("lbtrain-plan.json",),
     ),
 }

@@ -119,9 +119,14 @@ def _http_once(url: str, part: str, resource: Resource, timeout: float, quiet: b
     try:
         response = urllib.request.urlopen(request, timeout=timeout)
     except urllib.error.HTTPError as e:
-        if e.code == 416 and resource.size and have == resource.size:
-            return  # already complete
-        raise
+        if e.code != 416 or not have:
+            raise
+        if not resource.size or have == resource.size:
+            return  # nothing after the part: it is whole (its checksum decides)
+        os.remove(part)  # a part that does not fit this file: start again
+        raise ConnectionError(
+            f"{part} did not fit the file on the server: starting again"
+        ) from None
     with response:
         if have and response.status != 206:
             have = 0  # the server sent the whole file again
@@ -174,20 +179,33 @@ def fetch(
     url = f"{mirror.rstrip('/')}/{resource.basename}" if mirror else resource.url
     part = dest + ".part"
     have = os.path.getsize(part) if os.path.exists(part) else 0
+    if resource.size and have > resource.size:  # left by another file of this name
+        os.remove(part)
+        have = 0
     check_free_space(folder, max(0, resource.size - have))
-    for attempt in range(retries + 1):
+    attempt = 0  # failed attempts in a row (one that moved the part on counts as the first)
+    while True:
+        before = os.path.getsize(part) if os.path.exists(part) else 0
         try:
             _http_once(url, part, resource, timeout_s, quiet)
             break
         except Exception as e:
-            if not _transient(e) or attempt == retries:
+            if not _transient(e):
+                if not isinstance(e, (urllib.error.URLError, http.client.HTTPException)):
+                    raise  # not the network's: a bug, with its traceback
+            after = os.path.getsize(part) if os.path.exists(part) else 0
+            attempt = 1 if after > before else attempt + 1
+            if not _transient(e) or attempt > retries:
                 detail = f"HTTP {e.code}" if isinstance(e, urllib.error.HTTPError) else str(e)
+                kept = (
+                    f"the {after:,} bytes kept in {part} resume on the next run; " if after else ""
+                )
                 raise DataError(
-                    f"could not download {url} ({detail}) after {attempt + 1} attempt(s): the "
-                    f"part kept in {part} resumes on the next run; or fetch the file yourself "
-                    "and pass --from=FOLDER"
+                    f"could not download {url} ({detail}; {attempt} failed attempt(s) in a row): "
+                    f"{kept}check the URL or the network, or fetch the file yourself and "
+                    "pass --from=FOLDER"
                 ) from None
-            wait = backoff_s * 2**attempt
+            wait = backoff_s * 2 ** (attempt - 1)
             print(
                 f"lbtrain-data: {resource.basename}: {e}; retrying in {wait:.0f} s",
                 file=sys.stderr,

@@ -22,15 +22,18 @@ from __future__ import annotations
 
 import concurrent.futures
 import dataclasses
+import gc
 import hashlib
 import io
 import json
 import os
 import shutil
+import signal
 import sys
 import tarfile
 
 from lbtrain import rundir
+from lbtrain.data.prepare.download import check_free_space
 from lbtrain.errors import DataError
 
 NAME, VERSION = "imagenet2012", "5.1.0"
@@ -253,6 +256,8 @@ def write_shard(tar: str, images: list[Image], to_fix: set[str], path: str) -> i
                 yield image.name, serialize(image.name, image.label, data)
 
     file_adapters.ArrayRecordFileAdapter.write_examples(partial, records())
+    with open(partial, "rb+") as f:  # on disk before it counts as done
+        os.fsync(f.fileno())
     os.replace(partial, path)
     return len(images)
 
@@ -295,17 +300,22 @@ def build(
     }
     plans = [plan(split, tars[split], images, to_fix) for split, images in indexes.items()]
     os.makedirs(version_dir, exist_ok=True)
-    state_path = os.path.join(version_dir, "lbtrain-plan.json")
+    state_path = os.path.join(version_dir, STATE)
+    # the plan is the tars' contents and where the shards go: either changed, start again
     digests = {p.split: p.digest() for p in plans}
-    state = {"digests": digests, "done": []}
+    state = {"digests": digests, "final": final, "done": []}
     if os.path.exists(state_path):
         with open(state_path) as f:
             old = json.load(f)
-        if old.get("digests") == digests:
+        if old.get("digests") == digests and old.get("final", "") == final:
             state = old
-        else:  # other tars: nothing written so far belongs to this plan
+        else:
             shutil.rmtree(version_dir)
             os.makedirs(version_dir)
+    if final and state["done"]:  # uploaded earlier: still there?
+        with rundir.storage_errors(final, "list"):
+            there = {p.name for p in rundir.path(final).iterdir()} if _exists(final) else set()
+        state["done"] = [n for n in state["done"] if n in there]
     jobs = []
     for p in plans:
         count = len(p.bounds)
@@ -313,9 +323,16 @@ def build(
             name = shard_name(p.split, index, count)
             if name not in state["done"]:
                 jobs.append((tars[p.split], images, name))
+    if not final:  # the shards stay on this disk
+        need = (
+            sum(p.num_bytes for p in plans) * len(jobs) // max(1, sum(len(p.bounds) for p in plans))
+        )
+        check_free_space(version_dir, need)
     workers = workers or max(1, min(len(os.sched_getaffinity(0)), 32))
     done, total = len(state["done"]), len(state["done"]) + len(jobs)
-    with concurrent.futures.ProcessPoolExecutor(max_workers=workers) as pool:
+    gc.freeze()  # the forked workers share the index instead of copying it as the GC touches it
+    pool = concurrent.futures.ProcessPoolExecutor(max_workers=workers, initializer=_ignore_sigint)
+    try:
         futures = {
             pool.submit(write_shard, tar, images, to_fix, os.path.join(version_dir, name)): name
             for tar, images, name in jobs
@@ -326,14 +343,36 @@ def build(
             if final:
                 _upload(os.path.join(version_dir, name), f"{final}/{name}")
             state["done"].append(name)
-            with open(state_path + ".tmp", "w") as f:
-                json.dump(state, f)
-            os.replace(state_path + ".tmp", state_path)
+            _write_state(state_path, state)
             done += 1
             if not quiet:
                 print(f"lbtrain-data: imagenet2012 shard {done}/{total}: {name}", file=sys.stderr)
-    os.remove(state_path)
+    except BaseException:
+        # stop now: the shards not started are not written (the finished ones are kept)
+        pool.shutdown(wait=False, cancel_futures=True)
+        raise
+    finally:
+        gc.unfreeze()
+    pool.shutdown()
     write_info(version_dir, plans)
+
+
+STATE = "lbtrain-plan.json"  # the resume state; removed by the publish (never published)
+
+
+def _exists(p: str) -> bool:
+    return rundir.path(p).exists()
+
+
+def _ignore_sigint() -> None:
+    """Workers leave Ctrl-C to the parent, which stops the pool."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def _write_state(path: str, state: dict) -> None:
+    with open(path + ".tmp", "w") as f:
+        json.dump(state, f)
+    os.replace(path + ".tmp", path)
 
 
 def _upload(local: str, remote: str) -> None:

@@ -14,9 +14,12 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 
 from lbtrain.data.prepare.download import Resource
 from lbtrain.errors import DataError
+
+DIGEST = re.compile(r"sha256:[0-9a-f]{64}|md5:[0-9a-f]{32}")
 
 MNIST_URL = "https://storage.googleapis.com/cvdf-datasets/mnist/"
 MNIST = {
@@ -132,17 +135,22 @@ def apply_overrides(resources: dict[str, Resource], path: str) -> dict[str, Reso
             table = json.load(f)
     except (OSError, ValueError) as e:
         raise DataError(f"--checksums={path} is not a readable JSON file: {e}") from None
+    if not isinstance(table, dict):
+        raise DataError(f"--checksums={path} must hold an object {{basename: {{size, digest}}}}")
     out = {}
     for key, r in resources.items():
         entry = table.get(r.basename)
         if entry is None:
             out[key] = r
             continue
-        if not isinstance(entry, dict) or "digest" not in entry:
+        size = entry.get("size", 0) if isinstance(entry, dict) else None
+        digest = entry.get("digest", "") if isinstance(entry, dict) else ""
+        if not isinstance(size, int) or size < 0 or not DIGEST.fullmatch(str(digest)):
             raise DataError(
-                f"--checksums={path}: {r.basename!r} needs {{'size': N, 'digest': 'sha256:...'}}"
+                f"--checksums={path}: {r.basename!r} must be {{'size': bytes (0: unknown), "
+                f"'digest': 'sha256:<64 hex>' or 'md5:<32 hex>'}}, not {entry!r}"
             )
-        out[key] = dataclasses.replace(r, size=int(entry.get("size", 0)), digest=entry["digest"])
+        out[key] = dataclasses.replace(r, size=size, digest=digest)
     return out
 
 

@@ -23,7 +23,7 @@ import tempfile
 import time
 
 from lbtrain import rundir
-from lbtrain.errors import DataError
+from lbtrain.errors import DataError, StorageError
 
 LOCK_FOLDER = ".lbtrain-prepare"
 
@@ -71,45 +71,99 @@ def exists(p: str) -> bool:
         return rundir.path(p).exists()
 
 
-@contextlib.contextmanager
-def prepare_lock(root: str, name: str, poll_s: float = 5.0):
-    """Hold the prepare lock of ``name`` under ``root``; while another live prepare holds it, say
-    so once and wait."""
-    folder = join(root, LOCK_FOLDER, name)
+def _take(folder: str, what: str, poll_s: float):
+    """The run-directory lock of ``folder``; while another live prepare holds it, say so once and
+    wait. A lock that cannot be written at all is one line naming it."""
     said = False
     while True:
         try:
-            held = rundir.lock(folder, heartbeat_s=30.0, stale_after_s=300.0)
-            break
-        except rundir.WorkdirLocked as e:
+            return rundir.lock(folder, heartbeat_s=30.0, stale_after_s=300.0)
+        except rundir.WorkdirLocked:
             if not said:
-                print(f"lbtrain-data: waiting for another prepare of {name}: {e}", file=sys.stderr)
+                lock = join(folder, rundir.LOCK_NAME)
+                print(
+                    f"lbtrain-data: waiting for another prepare of {what} ({lock})", file=sys.stderr
+                )
                 said = True
             time.sleep(poll_s)
+        except StorageError as e:
+            raise DataError(
+                f"cannot take the prepare lock in {folder} ({e.__cause__ or e}): check that "
+                "--data_dir / --download_dir are writable"
+            ) from None
+
+
+class PrepareLock:
+    """What a prepare holds: the lock of its dataset under the data root and the lock of its
+    download folder (two prepares sharing a download folder would share ``.part`` files and
+    staging folders), each released at the end. :meth:`check` raises if another prepare took
+    one over (a heartbeat older than 300 s)."""
+
+    def __init__(self, root: str, download_dir: str, name: str, poll_s: float = 5.0):
+        self.locks = [_take(join(root, LOCK_FOLDER, name), name, poll_s)]
+        local = os.path.join(download_dir, LOCK_FOLDER, name)
+        if local != join(root, LOCK_FOLDER, name):
+            try:
+                self.locks.append(_take(local, f"{name} in {download_dir}", poll_s))
+            except BaseException:
+                self.release()
+                raise
+
+    def check(self) -> None:
+        for held in self.locks:
+            held.check()
+
+    def release(self) -> None:
+        for held in self.locks:
+            held.release()
+
+
+@contextlib.contextmanager
+def prepare_lock(root: str, download_dir: str, name: str, poll_s: float = 5.0):
+    """Hold :class:`PrepareLock` for ``name`` while the block runs."""
+    held = PrepareLock(root, download_dir, name, poll_s)
     try:
-        yield
+        yield held
     finally:
         held.release()
 
 
-def publish_local(staged: str, final: str) -> None:
-    """Move the finished folder ``staged`` to ``final`` in one rename (same file system)."""
+def remove(folder: str) -> None:
+    """Delete a prepared folder (local or gs://) that is to be prepared again."""
+    with rundir.storage_errors(folder, "remove"):
+        p = rundir.path(folder)
+        if p.exists():
+            p.rmtree()
+
+
+def publish_local(staged: str, final: str, skip: tuple[str, ...] = ()) -> None:
+    """Move the finished folder ``staged`` to ``final`` in one rename (same file system), without
+    the files ``skip`` (at its top)."""
     os.makedirs(os.path.dirname(final), exist_ok=True)
     if os.path.exists(final):
         raise DataError(f"{final} exists but is not a complete prepared folder: remove it")
+    for name in skip:
+        if os.path.exists(os.path.join(staged, name)):
+            os.remove(os.path.join(staged, name))
     os.rename(staged, final)
 
 
-def publish_cloud(staged: str, final: str, last: str) -> None:
-    """Upload every file under the local folder ``staged`` to ``final`` (gs://), ``last`` (a file
-    name at the top of ``staged``) after all others."""
+def upload_order(staged: str, last: str, skip: tuple[str, ...] = ()) -> list[str]:
+    """The files under ``staged`` (relative paths) in the order they are uploaded: ``last`` after
+    every other, ``skip`` not at all."""
     files = []
     for folder, _, names in os.walk(staged):
         for n in sorted(names):
             rel = os.path.relpath(os.path.join(folder, n), staged)
-            if rel != last:
+            if rel != last and rel not in skip:
                 files.append(rel)
-    for rel in [*files, last]:
+    return [*files, last]
+
+
+def publish_cloud(staged: str, final: str, last: str, skip: tuple[str, ...] = ()) -> None:
+    """Upload the files under the local folder ``staged`` to ``final`` (gs://) in
+    :func:`upload_order`."""
+    for rel in upload_order(staged, last, skip):
         src = os.path.join(staged, rel)
         dst = rundir.path(final) / rel.replace(os.sep, "/")
         with rundir.storage_errors(dst, "upload"):
@@ -118,14 +172,14 @@ def publish_cloud(staged: str, final: str, last: str) -> None:
                 shutil.copyfileobj(f_in, f_out, 1 << 22)
 
 
-def publish(staged: str, final: str, last: str) -> None:
-    """Publish the local folder ``staged`` as ``final`` (local or gs://): see the module
-    docstring."""
+def publish(staged: str, final: str, last: str, skip: tuple[str, ...] = ()) -> None:
+    """Publish the local folder ``staged`` as ``final`` (local or gs://) without the files
+    ``skip``: see the module docstring."""
     if rundir.is_cloud(final):
-        publish_cloud(staged, final, last)
+        publish_cloud(staged, final, last, skip)
         shutil.rmtree(staged, ignore_errors=True)
     else:
-        publish_local(staged, final)
+        publish_local(staged, final, skip)
 
 
 def staging_folder(root: str, download_dir: str, name: str) -> str:

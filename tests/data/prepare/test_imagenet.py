@@ -1,7 +1,11 @@
 """``lbtrain-data prepare imagenet2012`` from replica tars in the official layout: the folder its
 workers write shard by shard equals the folder TFDS's own imagenet2012 builder writes from the same
-tars (GeneratorBasedBuilder, same fixes), byte for byte in every shard; a broken tar is one line;
-an interrupted prepare resumes with the shards it lacks."""
+tars (GeneratorBasedBuilder: its order, sharding and encoding), byte for byte in every shard; a
+broken tar is one line; an interrupted prepare resumes with the shards it lacks.
+
+The two CMYK/PNG files TFDS fixes go through lbtrain's PIL conversion in both folders (TFDS's own
+conversion needs TensorFlow), so for those two the comparison shows where they land and how they
+are stored, not that PIL's JPEG equals TensorFlow's."""
 
 import io
 import json
@@ -11,6 +15,7 @@ import tarfile
 import pytest
 from support import data_replicas
 
+from lbtrain.data import images
 from lbtrain.data.prepare import cli, imagenet
 
 tfds = pytest.importorskip("tensorflow_datasets")
@@ -111,25 +116,43 @@ def dies_on_validation(tar, images, to_fix, path):
 
 
 def test_an_interrupted_prepare_resumes_with_the_shards_it_lacks(tars, tmp_path, monkeypatch):
-    """The first attempt dies writing the validation shard; the second writes only that one."""
-    real = imagenet.write_shard
-    folder = tmp_path / "staging"
+    """The first prepare dies writing the validation shard and publishes nothing; the second
+    writes only that shard (the train shard is the same file) and publishes without its resume
+    state."""
+    root = tmp_path / "data"
+    manual = os.path.dirname(tars["train"])
+    args = ["prepare", "imagenet2012", f"--data_dir={root}", f"--manual_dir={manual}"]
+    args += ["--allow_subset", "--workers=1", "--quiet"]
+    monkeypatch.setattr(imagenet, "write_shard", dies_on_validation)
+    with pytest.raises(OSError, match="disk gone"):  # not the user's: its traceback
+        cli.main(args)
+    assert not (root / "imagenet2012").exists()
+    resume = root / ".lbtrain-prepare" / "imagenet2012" / "resume-imagenet2012"
+    (train,) = resume.rglob("imagenet2012-train.array_record-*")
+    stamp = (train.stat().st_ino, train.stat().st_mtime_ns)
+    monkeypatch.setattr(imagenet, "write_shard", WRITE_SHARD)
+    assert cli.main(args) == 0
+    final = root / "imagenet2012" / "5.1.0"
+    published = final / train.name
+    assert (published.stat().st_ino, published.stat().st_mtime_ns) == stamp  # not written again
+    assert not (final / imagenet.STATE).exists() and not resume.exists()
+
+
+def test_a_resume_into_another_bucket_starts_again(tars, gcs, tmp_path, monkeypatch):
+    """Shards uploaded to one bucket are not counted done for another."""
+    manual = os.path.dirname(tars["train"])
+    base = ["prepare", "imagenet2012", f"--manual_dir={manual}", "--allow_subset", "--quiet"]
+    base += ["--workers=1", f"--download_dir={tmp_path / 'dl'}"]
     monkeypatch.setattr(imagenet, "write_shard", dies_on_validation)
     with pytest.raises(OSError, match="disk gone"):
-        imagenet.build(tars, str(folder), workers=1, allow_subset=True, quiet=True)
-    train = [p for p in folder.iterdir() if "-train." in p.name]
-    assert len(train) == 1 and not (folder / "dataset_info.json").exists()
-    stamp = train[0].stat().st_mtime_ns
-    monkeypatch.setattr(imagenet, "write_shard", real)
-    imagenet.build(tars, str(folder), workers=1, allow_subset=True, quiet=True)
-    assert train[0].stat().st_mtime_ns == stamp  # not written again
-    assert (folder / "dataset_info.json").exists()
-    assert not (folder / "lbtrain-plan.json").exists()
+        cli.main([*base, f"--data_dir={gcs.root}/a"])
+    monkeypatch.setattr(imagenet, "write_shard", WRITE_SHARD)
+    assert cli.main([*base, f"--data_dir={gcs.root}/b"]) == 0
+    source = images.imagenet_split("train", f"{gcs.root}/b")
+    assert len(source) == 1002
 
 
 def test_into_gcs_shard_by_shard_and_read_by_the_config_loader(tars, gcs, tmp_path):
-    from lbtrain.data import images
-
     root = f"{gcs.root}/tfds"
     manual = os.path.dirname(tars["train"])
     args = ["prepare", "imagenet2012", f"--data_dir={root}", f"--manual_dir={manual}"]

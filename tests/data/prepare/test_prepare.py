@@ -3,7 +3,6 @@ each dataset is prepared, read back by the config's own loader and equals what t
 holds; downloads resume, retry and check; a prepare is whole or absent, and a second is a no-op."""
 
 import hashlib
-import os
 
 import numpy as np
 import pytest
@@ -221,20 +220,60 @@ def test_list_says_what_the_root_holds(replicas, tmp_path, capsys):
     assert "official pairs: train 4,548,885, validation 2,169, test 2,999" in out
 
 
-def test_no_tensorflow_is_imported(replicas, tmp_path):
-    import subprocess
-    import sys
+def test_the_install_has_no_tensorflow_and_prepare_needs_none(replicas, tmp_path):
+    """The environment the project installs holds no TensorFlow (it would be found here if a
+    dependency pulled it in), and every prepare above ran in it."""
+    import importlib.util
 
-    code = (
-        "import sys; from lbtrain.data.prepare import cli; "
-        f"rc = cli.main({replicas.args('mnist', tmp_path)!r}); "
-        "assert 'tensorflow' not in sys.modules, 'tensorflow was imported'; sys.exit(rc)"
-    )
-    env = dict(os.environ)
-    done = subprocess.run(
-        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300
-    )
-    assert done.returncode == 0, done.stderr[-2000:]
+    assert importlib.util.find_spec("tensorflow") is None
+    assert cli.main(replicas.args("mnist", tmp_path)) == 0
+
+
+def test_a_folder_tfds_build_wrote_as_tfrecord_is_named_not_used(replicas, tmp_path, capsys):
+    """`tfds build`'s default file format cannot be read by random access: prepare and verify
+    say so in one line instead of calling the folder prepared."""
+    import json
+
+    assert prepare(replicas, "mnist", tmp_path) == 0
+    info_path = tmp_path / "mnist" / "3.0.1" / "dataset_info.json"
+    info = json.loads(info_path.read_text())
+    info["fileFormat"] = "tfrecord"
+    info_path.write_text(json.dumps(info))
+    capsys.readouterr()
+    for argv in (replicas.args("mnist", tmp_path), ["verify", "mnist", f"--data_dir={tmp_path}"]):
+        assert cli.main(argv) == 1
+        assert capsys.readouterr().err.strip() == (
+            f"lbtrain-data: error: {tmp_path}/mnist/3.0.1 cannot be used: its files are tfrecord, "
+            "which random access (tfds.data_source) cannot read: it needs array_record: remove "
+            f"{tmp_path}/mnist/3.0.1 and run `lbtrain-data prepare mnist --data_dir={tmp_path}` "
+            "again, or rebuild it with `tfds build mnist --file_format=array_record`"
+        )
+
+
+@pytest.mark.parametrize("damage", ["change", "delete"])
+def test_a_damaged_ptb_file_is_prepared_again(replicas, tmp_path, capsys, damage):
+    """What the loader's error advises (prepare again) mends a changed or deleted file."""
+    assert prepare(replicas, "ptb", tmp_path) == 0
+    valid = tmp_path / "ptb" / "ptb.valid.txt"
+    if damage == "change":
+        valid.write_bytes(b" the \n")
+    else:
+        valid.unlink()
+    capsys.readouterr()
+    assert cli.main([a for a in replicas.args("ptb", tmp_path) if a != "--quiet"]) == 0
+    assert valid.read_bytes() == replicas.ptb_texts["ptb.valid.txt"]
+    why = "its MD5 differs" if damage == "change" else "ptb.valid.txt is missing"
+    assert why in capsys.readouterr().err
+
+
+def test_gcs_uploads_the_marker_last(tmp_path):
+    from lbtrain.data.prepare import target
+
+    for rel in ("b/x.array_record-00000", "dataset_info.json", "a.json", "lbtrain-plan.json"):
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text("x")
+    order = target.upload_order(str(tmp_path), "dataset_info.json", ("lbtrain-plan.json",))
+    assert order == ["a.json", "b/x.array_record-00000", "dataset_info.json"]
 
 
 def test_into_gcs_and_read_back_from_there(replicas, gcs, tmp_path):
