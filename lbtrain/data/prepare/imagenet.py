@@ -22,10 +22,10 @@ from __future__ import annotations
 
 import concurrent.futures
 import dataclasses
-import gc
 import hashlib
 import io
 import json
+import multiprocessing
 import os
 import shutil
 import signal
@@ -330,8 +330,13 @@ def build(
         check_free_space(version_dir, need)
     workers = workers or max(1, min(len(os.sched_getaffinity(0)), 32))
     done, total = len(state["done"]), len(state["done"]) + len(jobs)
-    gc.freeze()  # the forked workers share the index instead of copying it as the GC touches it
-    pool = concurrent.futures.ProcessPoolExecutor(max_workers=workers, initializer=_ignore_sigint)
+    # spawned, not forked: the parent may hold threads (gcsfs' loop, the lock's heartbeat) whose
+    # locks a forked child would inherit taken; each job carries its own images
+    pool = concurrent.futures.ProcessPoolExecutor(
+        max_workers=workers,
+        mp_context=multiprocessing.get_context("spawn"),
+        initializer=_ignore_sigint,
+    )
     try:
         futures = {
             pool.submit(write_shard, tar, images, to_fix, os.path.join(version_dir, name)): name
@@ -351,8 +356,6 @@ def build(
         # stop now: the shards not started are not written (the finished ones are kept)
         pool.shutdown(wait=False, cancel_futures=True)
         raise
-    finally:
-        gc.unfreeze()
     pool.shutdown()
     write_info(version_dir, plans)
 
