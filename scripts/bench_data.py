@@ -33,14 +33,12 @@ import json
 import os
 import resource
 import shutil
-import subprocess
-import sys
 import time
 
 from absl import app, flags
 
 # benchlib/ is beside this file: on sys.path when it runs
-from benchlib.report import lscpu_model, write_json
+from benchlib.report import provenance_header, run_phase, write_json
 from benchlib.synthetic_text import DE_LETTERS, EN_LETTERS, pair_generator, word_types
 
 _PAIRS = flags.DEFINE_integer("pairs", 4_548_885, "Training pairs (WMT16 en-de has 4,548,885).")
@@ -187,14 +185,7 @@ def phase_start() -> dict:
 
 def child(phase: str) -> dict:
     """Run ``phase`` in a fresh process; its result with its own peak memory and wall time."""
-    argv = [a for a in sys.argv[1:] if not a.startswith(("--json", "--phase"))]
-    cmd = [sys.executable, os.path.abspath(__file__), f"--phase={phase}", *argv]
-    started = time.time()
-    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
-    if proc.returncode != 0:
-        sys.exit(f"phase {phase} failed:\n{proc.stderr[-3000:]}")
-    out = json.loads(proc.stdout.strip().splitlines()[-1])
-    out["process_wall_s"] = time.time() - started
+    out = run_phase(__file__, ROOT, f"--phase={phase}")
     out["children_peak_rss_gb"] = (
         resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 2**20
     )  # the largest child so far
@@ -213,18 +204,9 @@ def main(argv):
         result["code"] = provenance.code()  # a reused build keeps the commit it was measured at
         print(json.dumps(result))
         return
-    from lbtrain import provenance
-
     os.makedirs(data_dir(), exist_ok=True)
     out = {
-        "argv": sys.argv,
-        "code": provenance.code(),
-        "versions": provenance.versions(),
-        "hardware": {
-            "cpu_model": lscpu_model(),
-            "cpu_count": os.cpu_count(),
-            "cores_available": len(os.sched_getaffinity(0)),
-        },
+        **provenance_header(),
         "settings": {**settings(), "max_len": _MAX_LEN.value, "batch": _BATCH.value},
     }
     print(f"cpu: {out['hardware']['cpu_model']} ({out['hardware']['cores_available']} cores)")

@@ -33,7 +33,6 @@ import json
 import os
 import resource
 import shutil
-import subprocess
 import sys
 import tarfile
 import tempfile
@@ -42,7 +41,7 @@ import time
 from absl import app, flags
 
 # benchlib/ is beside this file: on sys.path when it runs
-from benchlib.report import lscpu_model, write_json
+from benchlib.report import provenance_header, run_phase, write_json
 from benchlib.synthetic_text import DE_LETTERS, EN_LETTERS, pair_generator, word_types
 
 _DATASETS = flags.DEFINE_list("datasets", ["mnist", "ptb", "wmt16"], "Which to prepare.")
@@ -240,15 +239,7 @@ def phase_prepare() -> dict:
 
 
 def child(phase: str, name: str) -> dict:
-    argv = [a for a in sys.argv[1:] if not a.startswith(("--json", "--phase", "--name"))]
-    cmd = [sys.executable, os.path.abspath(__file__), f"--phase={phase}", f"--name={name}", *argv]
-    started = time.time()
-    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
-    if proc.returncode != 0:
-        sys.exit(f"{phase} {name} failed:\n{proc.stderr[-3000:]}")
-    out = json.loads(proc.stdout.strip().splitlines()[-1])
-    out["process_wall_s"] = time.time() - started
-    return out
+    return run_phase(__file__, ROOT, f"--phase={phase}", f"--name={name}")
 
 
 def main(argv):
@@ -259,20 +250,7 @@ def main(argv):
         result["peak_rss_gb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
         print(json.dumps(result))
         return
-    from lbtrain import provenance
-
-    out = {
-        "argv": sys.argv,
-        "code": provenance.code(),
-        "versions": provenance.versions(),
-        "hardware": {
-            "cpu_model": lscpu_model(),
-            "cpu_count": os.cpu_count(),
-            "cores_available": len(os.sched_getaffinity(0)),
-        },
-        "pairs": _PAIRS.value,
-        "datasets": {},
-    }
+    out = {**provenance_header(), "pairs": _PAIRS.value, "datasets": {}}
     print(f"cpu: {out['hardware']['cpu_model']} ({out['hardware']['cores_available']} cores)")
     for name in _DATASETS.value:
         row = {"sources": child("sources", name)}

@@ -138,3 +138,43 @@ def lscpu_model() -> str:
     except (OSError, subprocess.TimeoutExpired):
         pass
     return cpu_model()
+
+
+def provenance_header() -> dict:
+    """What every data benchmark's JSON opens with: its command line, the code and versions it
+    ran, and the CPU (model, count, cores this process may use)."""
+    import os
+    import sys
+
+    from lbtrain import provenance
+
+    return {
+        "argv": sys.argv,
+        "code": provenance.code(),
+        "versions": provenance.versions(),
+        "hardware": {
+            "cpu_model": lscpu_model(),
+            "cpu_count": os.cpu_count(),
+            "cores_available": len(os.sched_getaffinity(0)),
+        },
+    }
+
+
+def run_phase(script: str, cwd: str, *flags: str) -> dict:
+    """Run ``script`` again in a fresh process with this process' flags (but ``--json`` and the
+    ``flags`` given, which replace theirs) and return the JSON its last line prints, with the
+    child's wall time; exits with its stderr if it fails."""
+    import os
+    import sys
+    import time
+
+    names = tuple(f.split("=", 1)[0] for f in ("--json", *flags))
+    argv = [a for a in sys.argv[1:] if not a.startswith(names)]
+    started = time.time()
+    cmd = [sys.executable, os.path.abspath(script), *flags, *argv]
+    proc = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        sys.exit(f"{' '.join(flags)} failed:\n{proc.stderr[-3000:]}")
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    out["process_wall_s"] = time.time() - started
+    return out
