@@ -20,6 +20,8 @@ from collections.abc import Iterable, Mapping
 
 import numpy as np
 
+from lbtrain.data.prepare import builders
+
 IMAGENET_VERSION = "5.1.0"  # the imagenet2012 version TFDS 4.9 prepares
 
 
@@ -117,8 +119,6 @@ def write_imagenet_folder(
     ``data_dir`` (array_record); returns ``data_dir``. The JPEG bytes are stored as given (TFDS
     reads them back unchanged with ``decoders={"image": tfds.decode.SkipDecoding()}``);
     ``file_names`` default to ``{split}_{index:08d}.JPEG``."""
-    import tensorflow_datasets as tfds
-
     examples = {}
     for split, pairs in splits.items():
         rows = []
@@ -127,8 +127,7 @@ def write_imagenet_folder(
             # a file object: TFDS's image feature stores its bytes as they are, no re-encoding
             rows.append({"image": io.BytesIO(jpeg), "label": int(label), "file_name": name})
         examples[split] = rows
-    builder = _builder_class()(examples, data_dir=os.fspath(data_dir), file_format="array_record")
-    builder.download_and_prepare(
-        download_config=tfds.download.DownloadConfig(try_download_gcs=False)
+    builders.build(
+        _builder_class()(examples, data_dir=os.fspath(data_dir), file_format="array_record")
     )
     return os.fspath(data_dir)

@@ -12,6 +12,8 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterable, Mapping
 
+from lbtrain.data.prepare import builders
+
 WMT16_VERSION = "1.0.0"
 
 
@@ -51,9 +53,7 @@ def write_wmt16_folder(
     """Write ``splits`` (TFDS split name -> a function yielding ``(en, de)`` pairs, in order) as
     ``wmt16_translate/de-en`` in ``data_dir``; returns its version folder. A function, not a list,
     so a large split is generated while it is written."""
-    import tensorflow_datasets as tfds
     import tensorflow_datasets.translate  # noqa: F401  the feature and builder names
-    from tensorflow_datasets.core import shuffle
 
     def examples(make):
         return lambda: ({"en": en, "de": de} for en, de in make())
@@ -64,14 +64,5 @@ def write_wmt16_folder(
         config="de-en",
         file_format="array_record",
     )
-    # TFDS's writer spills a split over 1 GB to disk through tf.io.gfile, i.e. TensorFlow: keep
-    # the split in memory instead (WMT16's train split is about 1.5 GB serialized)
-    previous = shuffle.MAX_MEM_BUFFER_SIZE
-    shuffle.MAX_MEM_BUFFER_SIZE = 1 << 62
-    try:
-        builder.download_and_prepare(
-            download_config=tfds.download.DownloadConfig(try_download_gcs=False)
-        )
-    finally:
-        shuffle.MAX_MEM_BUFFER_SIZE = previous
+    builders.build(builder)  # a split over 1 GB (WMT16's train) is kept in memory: no TensorFlow
     return os.path.join(os.fspath(data_dir), "wmt16_translate", "de-en", WMT16_VERSION)
