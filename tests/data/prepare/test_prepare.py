@@ -336,3 +336,23 @@ def test_too_little_disk_is_one_line_before_any_byte(replicas, tmp_path):
         "/ --data_dir"
     )
     assert len(replicas.server.requests) == start
+
+
+def test_gnmt_data_from_a_wmt16_folder_in_gcs(replicas, gcs, tmp_path):
+    """translation.load on the prepared folder in a bucket: the pairs are the replica's, and the
+    shared ids are built once beside the data in the bucket."""
+    from etils import epath
+
+    from lbtrain.data import translation
+
+    root = f"{gcs.root}/tfds"
+    assert cli.main(replicas.args("wmt16", root, f"--download_dir={tmp_path / 'dl'}")) == 0
+    data = translation.load(
+        corpus="wmt16", dir=root, vocab_size=200, max_len=400, workdir=str(tmp_path / "run")
+    )
+    pairs = replicas.wmt16_pairs
+    assert data.num_train + data.dropped == len(pairs["train"])
+    assert len(data.evals["valid"].references) == len(pairs["validation"])
+    assert sorted(data.evals["test"].references) == sorted(de for de, _ in pairs["test"])
+    cache = epath.Path(root) / "wmt16_translate" / "de-en" / "lbtrain_tokens"
+    assert [p.name for p in cache.iterdir() if p.name != "locks"]  # one build, in the bucket
