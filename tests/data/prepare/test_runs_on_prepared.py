@@ -1,6 +1,7 @@
-"""A short ``lbtrain`` run of each config on what ``lbtrain-data prepare`` made from the replicas:
-the run counts the replica's examples, so it read the prepared data and nothing else. MNIST is
-prepared into ``gs://`` (the GCS emulator) and the run reads it from there."""
+"""A short ``lbtrain`` run of each config (MNIST-LSTM, the PTB LM, GNMT, ResNet) on what
+``lbtrain-data prepare`` made from the replicas: the run counts the replica's examples, so it read
+the prepared data and nothing else. MNIST is prepared into ``gs://`` (the GCS emulator) and the run
+reads it from there."""
 
 import os
 import re
@@ -76,3 +77,24 @@ def test_gnmt_run_on_prepared_wmt16(replicas, tmp_path):
     kept, dropped = re.search(r"translation pairs: train (\d+) \((\d+) longer", out).groups()
     assert int(kept) + int(dropped) == len(pairs["train"])
     assert f"valid {len(pairs['validation'])} (" in out and f"test {len(pairs['test'])} (" in out
+
+
+@pytest.mark.slow
+def test_resnet_run_on_prepared_imagenet(tmp_path):
+    """A ResNet-18 layout at 32 px on the prepared replica (1,000 classes, 1,002 train images)."""
+    tars = data_replicas.imagenet_tars(tmp_path / "manual", val_count=60)
+    manual = os.path.dirname(tars["train"])
+    args = ["prepare", "imagenet2012", f"--data_dir={tmp_path / 'data'}", f"--manual_dir={manual}"]
+    assert cli.main([*args, "--allow_subset", "--quiet"]) == 0
+    out = lbtrain(
+        tmp_path / "run",
+        "--config=configs/resnet50_imagenet.py:depth=18,batch=64,epochs=1",
+        f"--config.data.dir={tmp_path / 'data'}",
+        "--config.data.image_size=32",
+        "--config.data.workers=0",
+        "--config.model.width=8",
+        "--config.model.dtype=float32",
+        "--config.eval_batch_size=60",
+    )
+    assert "train images: 1,002 |" in out and "steps/epoch: 15 |" in out
+    assert "| examples 60 |" in out
