@@ -188,6 +188,7 @@ class SlurmCluster:
             f"JobCompLoc={self.jobcomp}",
             "MpiDefault=none",
             "SchedulerType=sched/backfill",
+            "SchedulerParameters=batch_sched_delay=0",
             "ReturnToService=2",
             "MailProg=/bin/true",
             # short waits: a cancelled job is killed 5 s after its SIGTERM

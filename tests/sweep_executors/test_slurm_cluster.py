@@ -170,3 +170,63 @@ def test_srun_without_an_allocation_gets_one(slurm):
         ["srun", "--ntasks=2", "--time=1", "bash", "-c", "echo $SLURM_PROCID"], timeout=30
     )
     assert sorted(result.stdout.split()) == ["0", "1"]
+
+
+def test_a_cluster_without_munge_places_count_only_gpus(start_slurm, tmp_path):
+    """AuthType=auth/none works without munged, and a node can offer GPUs it does not have (GRES
+    backed by /dev/null-like devices): SLURM places jobs by their count, each with its own
+    CUDA_VISIBLE_DEVICES, holds a job while the GPUs are taken though a CPU is free, and refuses at
+    submission a job asking for more GPUs than the node has."""
+    cluster = start_slurm(auth="none", gres_gpus=2)
+    folder = tmp_path
+    assert "munged" not in cluster.processes
+    assert "Gres=gpu:2" in cluster.run(["scontrol", "show", "node", "localhost"]).stdout
+    body = (
+        'echo "$SLURM_JOB_GPUS $CUDA_VISIBLE_DEVICES"\n'
+        'while [ ! -e "$RELEASE" ]; do sleep 0.1; done\n'
+    )
+    path = script(folder, "gpu.sh", body)
+
+    def submit(name: str, release: str, *args: str) -> int:
+        return cluster.sbatch(
+            *args,
+            "--ntasks=1",
+            "--time=1",
+            f"--export=ALL,RELEASE={folder / release}",
+            f"--output={folder / name}.out",
+            path,
+        )
+
+    singles = [submit(f"single{i}", "release1", "--gres=gpu:1") for i in range(2)]
+    outputs = [
+        read_when(folder / f"single{i}.out", lambda t: t.endswith("\n"), 30).strip()
+        for i in range(2)
+    ]
+    assert sorted(outputs) == ["0 0", "1 1"]  # at once, one GPU each
+    (folder / "release1").touch()
+    for job in singles:
+        assert cluster.wait_job(job, ENDED, timeout=30) == "COMPLETED"
+
+    both = submit("both", "release2", "--gpus=2")
+    cluster.wait_job(both, "RUNNING", timeout=30)
+    waiting = submit("waiting", "release2", "--gres=gpu:1")
+
+    def reason():
+        out = cluster.run(["squeue", "--noheader", f"--jobs={waiting}", "--format=%T %r"])
+        return out.stdout.strip() == "PENDING Resources"
+
+    assert cluster.node_state().startswith("MIXED")  # one of the two CPUs is free
+    read_when(folder / "both.out", lambda t: t.endswith("\n"), 10)
+    deadline = time.monotonic() + 15
+    while not reason():
+        assert time.monotonic() < deadline, cluster.run(["squeue"]).stdout
+        time.sleep(0.2)
+    (folder / "release2").touch()
+    for job in (both, waiting):
+        assert cluster.wait_job(job, ENDED, timeout=30) == "COMPLETED"
+    assert (folder / "both.out").read_text() == "0,1 0,1\n"
+    assert (folder / "waiting.out").read_text() in ("0 0\n", "1 1\n")
+
+    refused = cluster.run(["sbatch", "--gres=gpu:3", path], check=False)
+    assert refused.returncode == 1
+    assert "Requested node configuration is not available" in refused.stderr
