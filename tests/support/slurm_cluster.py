@@ -12,8 +12,11 @@ database (``sacct`` exits 1 here; finished jobs are in the jobcomp file, ``jobco
     cluster.wait_idle(30)
     cluster.stop()                                     # jobs cancelled first, then the daemons
 
-``available()`` says whether the Debian packages are installed (``missing()`` names what is not).
-Every wait is bounded and ends with an error that says what it waited for and where the logs are.
+The daemons run in the foreground (``-D``, ``munged -F``) as children of this process, each in a
+session of its own, with their logs in ``<folder>/log``; munged gets a fresh key and a socket
+folder of mode 755 (it refuses any other). ``available()`` says whether the Debian packages are
+installed (``missing()`` names what is not; ``SKIP_REASON`` is the line to skip with). Every wait is
+bounded and ends with an error that says what it waited for, with the tail of each log.
 """
 
 from __future__ import annotations
@@ -99,7 +102,9 @@ class SlurmCluster:
         self.root = Path(root)
         self.auth = auth
         self.gres_gpus = gres_gpus
-        self.cpus = os.cpu_count() or 1
+        # nproc's count (the CPUs this process may use): slurmd drains a node whose configuration
+        # claims more CPUs than it finds
+        self.cpus = len(os.sched_getaffinity(0))
         self.memory_mb = memory_mb()
         self.ctld_port = free_port()
         self.slurmd_port = free_port()
