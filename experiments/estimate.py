@@ -12,6 +12,7 @@ JSON file, :data:`FORMAT`) or a committed benchmark JSON (``docs/bench/*_h200.js
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 from collections.abc import Callable
 
@@ -24,7 +25,8 @@ from experiments.common import Experiment, Plan, Run
 from experiments.step_times import StepKey, StepTimes, workload
 from lbtrain import config_lib, optim, setup
 from lbtrain import data as data_lib
-from lbtrain.data import batching, images
+from lbtrain.data import batching, images, prepare
+from lbtrain.data.prepare import sources
 from lbtrain.data.streams import StreamBatches
 from lbtrain.errors import LbtrainError
 
@@ -69,11 +71,6 @@ DATA_BUILD_BENCH = os.path.join("docs", "bench", "gnmt_data_wmt16_amd_epyc.json"
 def prepare_lines(names: list[str]) -> list[str]:
     """Per dataset the plan reads: its prepare command and download size, and for WMT16 the shared
     vocabulary and ids the first run builds (measured, from :data:`DATA_BUILD_BENCH`)."""
-    import json
-
-    from lbtrain.data import prepare
-    from lbtrain.data.prepare import sources
-
     out = []
     for name in names:
         spec = prepare.SPECS[name]

@@ -25,6 +25,8 @@ import numpy as np
 
 from lbtrain import registry, rundir
 from lbtrain.data.base import Dataset
+from lbtrain.data.prepare import command
+from lbtrain.data.prepare.target import join, resolve_root
 from lbtrain.data.splits import chapter_split
 from lbtrain.data.streams import StreamBatches, eval_windows
 from lbtrain.data.text import Vocab, tokenize
@@ -38,8 +40,6 @@ PTB_FOLDER = "ptb"  # under the data root
 
 
 def _prepare_hint(directory: str) -> str:
-    from lbtrain.data.prepare import command
-
     return f"run `{command('ptb', directory)}`"
 
 
@@ -77,8 +77,6 @@ def _read_text(p, name: str, directory: str) -> list[list[str]]:
 def ptb_lines(dir: str = "") -> dict[str, list[list[str]]]:
     """The PTB files' tokens per split, from ``<dir>/ptb/`` (``dir`` local or ``gs://``; "": the
     default data root)."""
-    from lbtrain.data.prepare.target import join, resolve_root
-
     root = resolve_root(dir)
     folder = join(root, PTB_FOLDER)
     out = {}

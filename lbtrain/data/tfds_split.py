@@ -3,6 +3,7 @@ one line that says how to prepare it and what to use instead."""
 
 from __future__ import annotations
 
+from lbtrain.data.prepare import command_hint
 from lbtrain.errors import DataError
 
 DEFAULT_DIR = "the default data root ($TFDS_DATA_DIR, else ~/tensorflow_datasets)"
@@ -26,8 +27,6 @@ def open_split(
         return tfds.data_source(name, split=split, data_dir=data_dir or None, download=False)
     except Exception as e:  # TFDS raises several kinds here; all mean "not prepared"
         if prepare is None:
-            from lbtrain.data.prepare import command_hint
-
             prepare = command_hint(PREPARE_NAMES.get(name, name), data_dir or "")
         raise DataError(
             f"TFDS dataset {name!r} split {split!r} is not prepared in {data_dir or DEFAULT_DIR}: "

@@ -280,19 +280,12 @@ def _build_local(final: str, source, spec: dict, num_threads: int, log) -> None:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def _copy(src, dst) -> None:
-    from etils import epath
-
-    with epath.Path(src).open("rb") as r, epath.Path(dst).open("wb") as w:
-        shutil.copyfileobj(r, w, 16 << 20)
-
-
 def _download(remote, final: str) -> None:
     tmp = f"{final}.tmp-{uuid.uuid4().hex[:8]}"
     try:
         os.makedirs(tmp)
         for name in (*FILES, MANIFEST):
-            _copy(remote / name, os.path.join(tmp, name))
+            rundir.copy_file(remote / name, os.path.join(tmp, name))
         os.rename(tmp, final)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -327,7 +320,7 @@ def load_or_build(
         _build_local(os.fspath(final), source, spec, num_threads, log)
         made.append(True)
         for name in (*FILES, MANIFEST):  # the manifest last: it marks the folder complete
-            _copy(final / name, remote / name)
+            rundir.copy_file(final / name, remote / name)
 
     def produce_local():
         _once(remote, root_path / "locks" / key, produce_remote, log)

@@ -7,8 +7,9 @@ The loop calls it in this order: ``lock`` -> config -> checkpoints -> metrics ->
 
 * :mod:`~lbtrain.rundir.storage`: :func:`path` (and :func:`is_cloud`, :func:`require_cloud_extra`),
   :func:`check_writable` (the probe at start), atomic :func:`write_bytes` / :func:`write_json` and
-  :func:`read_bytes` / :func:`read_json`, and :func:`storage_errors`, which makes any I/O failure
-  one :class:`StorageError` line naming the path.
+  :func:`read_bytes` / :func:`read_json`, :func:`copy_file` (between any two paths), and
+  :func:`storage_errors`, which makes any I/O failure one :class:`StorageError` line naming the
+  path.
 * :mod:`~lbtrain.rundir.lock`: :class:`RunLock` (:func:`lock`), one live run per workdir; see its
   docstring for the rules. :mod:`~lbtrain.rundir.lockstore` holds the lock record, conditionally
   written, on a local folder or on GCS.
@@ -28,6 +29,7 @@ from lbtrain.rundir.lock import LOCK_NAME, RunLock, WorkdirLocked, lock, taken_o
 from lbtrain.rundir.storage import (
     CLOUD_EXTRA,
     check_writable,
+    copy_file,
     describe_error,
     is_cloud,
     path,
@@ -48,6 +50,7 @@ __all__ = [
     "WorkdirLocked",
     "artefact",
     "check_writable",
+    "copy_file",
     "describe_error",
     "is_cloud",
     "lock",

@@ -22,6 +22,7 @@ import contextlib
 import errno
 import json
 import os
+import shutil
 import socket
 import sys
 import uuid
@@ -152,6 +153,14 @@ def write_synced(file: str | os.PathLike | int, data: bytes) -> None:
         f.write(data)
         f.flush()
         os.fsync(f.fileno())
+
+
+def copy_file(src: str | os.PathLike, dst: str | os.PathLike, chunk: int = 16 << 20) -> None:
+    """Copy the file ``src`` to ``dst``, each local or ``gs://`` (``dst``'s folder created)."""
+    target = path(dst)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with path(src).open("rb") as r, target.open("wb") as w:
+        shutil.copyfileobj(r, w, chunk)
 
 
 def write_bytes(p: str | os.PathLike, data: bytes) -> None:

@@ -12,7 +12,6 @@ just as well.
 
 from __future__ import annotations
 
-import os
 import shutil
 import sys
 
@@ -67,11 +66,10 @@ def _say(message: str, quiet: bool = False) -> None:
         print(f"lbtrain-data: {message}", file=sys.stderr)
 
 
-def unusable(name: str, root: str) -> DataError:
-    """The error for a prepared folder that fails its check."""
+def unusable(name: str, root: str, why: str) -> DataError:
+    """The error for a prepared folder that fails its check (``why``)."""
     s = spec(name)
     folder = target.join(root, s.folder)
-    why = s.check(root)
     advice = f"remove {folder} and {command_hint(name, root)} again"
     if s.tfds_name and "array_record" in why:
         advice += f", or rebuild it with `tfds build {s.tfds_name} --file_format=array_record`"
@@ -85,8 +83,9 @@ def verify(name: str, root: str) -> tuple[bool, list[str]]:
         raise DataError(
             f"{name} is not prepared in {target.join(root, s.folder)}: {command_hint(name, root)}"
         )
-    if s.check(root):
-        raise unusable(name, root)
+    why = s.check(root)
+    if why:
+        raise unusable(name, root, why)
     counts = s.counts(root)
     lines, ok = [], True
     for split, expected in s.official.counts.items():
@@ -133,11 +132,13 @@ def prepare(name: str, opts: Options) -> str:
     """Prepare ``name`` under ``opts.root`` (see the module docstring); returns the folder."""
     s = spec(name)
     final = target.join(opts.root, s.folder)
-    if is_prepared(name, opts.root) and not s.check(opts.root):
-        _say(f"{name} is already prepared in {final}", opts.quiet)
-        return final
-    if is_prepared(name, opts.root) and not s.rebuild:
-        raise unusable(name, opts.root)
+    if is_prepared(name, opts.root):
+        why = s.check(opts.root)
+        if not why:
+            _say(f"{name} is already prepared in {final}", opts.quiet)
+            return final
+        if not s.rebuild:
+            raise unusable(name, opts.root, why)
     _say(f"terms: {s.terms}", opts.quiet)
     if rundir.is_cloud(opts.root):
         rundir.require_cloud_extra(opts.root)
@@ -166,10 +167,3 @@ def prepare(name: str, opts: Options) -> str:
                 shutil.rmtree(staging, ignore_errors=True)
     _say(f"{name} prepared in {final}", opts.quiet)
     return final
-
-
-def folder_size(path: str) -> int:
-    total = 0
-    for folder, _, names in os.walk(path):
-        total += sum(os.path.getsize(os.path.join(folder, n)) for n in names)
-    return total

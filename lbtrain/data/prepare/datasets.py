@@ -19,7 +19,7 @@ import zlib
 from collections.abc import Callable
 
 from lbtrain import rundir
-from lbtrain.data.prepare import builders, sources
+from lbtrain.data.prepare import builders, imagenet, sources
 from lbtrain.data.prepare.download import Resource, check_file, fetch, file_digest
 from lbtrain.data.prepare.target import join
 from lbtrain.errors import DataError
@@ -113,12 +113,17 @@ def extract_members(archive: str, wanted: dict[str, str]) -> None:
 # --- TFDS folders ------------------------------------------------------------------------------
 
 
+def _tfds_info(root: str, folder: str):
+    """A TFDS folder's ``dataset_info.json`` (None where missing)."""
+    return rundir.read_json(rundir.path(join(root, folder, "dataset_info.json")))
+
+
 def tfds_counts(folder: str) -> Callable[[str], dict[str, dict[str, int]]]:
     """Counts per split from a TFDS folder's ``dataset_info.json`` (the shard lengths TFDS
     wrote)."""
 
     def counts(root: str) -> dict[str, dict[str, int]]:
-        info = rundir.read_json(rundir.path(join(root, folder, "dataset_info.json")))
+        info = _tfds_info(root, folder)
         if not isinstance(info, dict):
             raise DataError(f"{join(root, folder)} has no readable dataset_info.json")
         return {
@@ -134,7 +139,7 @@ def tfds_check(folder: str) -> Callable[[str], str | None]:
     build``'s default is tfrecord."""
 
     def check(root: str) -> str | None:
-        info = rundir.read_json(rundir.path(join(root, folder, "dataset_info.json")))
+        info = _tfds_info(root, folder)
         if not isinstance(info, dict):
             return "its dataset_info.json is not readable JSON"
         file_format = info.get("fileFormat") or "tfrecord"
@@ -280,8 +285,6 @@ def check_tars(tars: dict[str, str], table: dict[str, Resource]) -> None:
 
 
 def build_imagenet(opts: Options, staging: str) -> str:
-    from lbtrain.data.prepare import imagenet
-
     manual = opts.manual_dir or os.path.join(opts.download_dir, "manual")
     tars = imagenet.find_tars(os.path.abspath(os.path.expanduser(manual)))
     if opts.hash_tars:
@@ -371,6 +374,6 @@ SPECS = {
         tfds_name="imagenet2012",
         resumable=True,
         check=tfds_check(IMAGENET_FOLDER),
-        unpublished=("lbtrain-plan.json",),
+        unpublished=(imagenet.STATE,),
     ),
 }

@@ -24,7 +24,6 @@ import concurrent.futures
 import dataclasses
 import hashlib
 import io
-import json
 import multiprocessing
 import os
 import shutil
@@ -34,6 +33,7 @@ import tarfile
 
 from lbtrain import rundir
 from lbtrain.data.prepare.download import check_free_space
+from lbtrain.data.prepare.target import exists, upload
 from lbtrain.errors import DataError
 
 NAME, VERSION = "imagenet2012", "5.1.0"
@@ -304,9 +304,8 @@ def build(
     # the plan is the tars' contents and where the shards go: either changed, start again
     digests = {p.split: p.digest() for p in plans}
     state = {"digests": digests, "final": final, "done": []}
-    if os.path.exists(state_path):
-        with open(state_path) as f:
-            old = json.load(f)
+    old = rundir.read_json(state_path)
+    if old is not None:
         if old.get("digests") == digests and old.get("final", "") == final:
             state = old
         else:
@@ -314,7 +313,7 @@ def build(
             os.makedirs(version_dir)
     if final and state["done"]:  # uploaded earlier: still there?
         with rundir.storage_errors(final, "list"):
-            there = {p.name for p in rundir.path(final).iterdir()} if _exists(final) else set()
+            there = {p.name for p in rundir.path(final).iterdir()} if exists(final) else set()
         state["done"] = [n for n in state["done"] if n in there]
     jobs = []
     for p in plans:
@@ -346,9 +345,10 @@ def build(
             name = futures[future]
             future.result()
             if final:
-                _upload(os.path.join(version_dir, name), f"{final}/{name}")
+                upload(os.path.join(version_dir, name), f"{final}/{name}")
+                os.remove(os.path.join(version_dir, name))
             state["done"].append(name)
-            _write_state(state_path, state)
+            rundir.write_json(state_path, state)
             done += 1
             if not quiet:
                 print(f"lbtrain-data: imagenet2012 shard {done}/{total}: {name}", file=sys.stderr)
@@ -363,25 +363,6 @@ def build(
 STATE = "lbtrain-plan.json"  # the resume state; removed by the publish (never published)
 
 
-def _exists(p: str) -> bool:
-    return rundir.path(p).exists()
-
-
 def _ignore_sigint() -> None:
     """Workers leave Ctrl-C to the parent, which stops the pool."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-
-
-def _write_state(path: str, state: dict) -> None:
-    with open(path + ".tmp", "w") as f:
-        json.dump(state, f)
-    os.replace(path + ".tmp", path)
-
-
-def _upload(local: str, remote: str) -> None:
-    dst = rundir.path(remote)
-    with rundir.storage_errors(dst, "upload"):
-        dst.parent.mkdir(parents=True, exist_ok=True)
-        with open(local, "rb") as f_in, dst.open("wb") as f_out:
-            shutil.copyfileobj(f_in, f_out, 1 << 22)
-    os.remove(local)

@@ -164,12 +164,13 @@ def publish_cloud(staged: str, final: str, last: str, skip: tuple[str, ...] = ()
     """Upload the files under the local folder ``staged`` to ``final`` (gs://) in
     :func:`upload_order`."""
     for rel in upload_order(staged, last, skip):
-        src = os.path.join(staged, rel)
-        dst = rundir.path(final) / rel.replace(os.sep, "/")
-        with rundir.storage_errors(dst, "upload"):
-            dst.parent.mkdir(parents=True, exist_ok=True)
-            with open(src, "rb") as f_in, dst.open("wb") as f_out:
-                shutil.copyfileobj(f_in, f_out, 1 << 22)
+        upload(os.path.join(staged, rel), join(final, *rel.split(os.sep)))
+
+
+def upload(local: str, remote: str) -> None:
+    """Copy the local file ``local`` to ``remote`` (gs://); a failure is one line naming it."""
+    with rundir.storage_errors(remote, "upload"):
+        rundir.copy_file(local, remote)
 
 
 def publish(staged: str, final: str, last: str, skip: tuple[str, ...] = ()) -> None:
@@ -182,29 +183,32 @@ def publish(staged: str, final: str, last: str, skip: tuple[str, ...] = ()) -> N
         publish_local(staged, final, skip)
 
 
+def _staging_parent(root: str, download_dir: str, name: str) -> str:
+    """Where ``name`` is staged: beside its final folder for a local root (so the publishing
+    rename stays on one file system), in the download folder for gs://."""
+    if rundir.is_cloud(root):
+        return download_dir
+    return os.path.join(root, LOCK_FOLDER, name)
+
+
 def staging_folder(root: str, download_dir: str, name: str) -> str:
-    """A fresh local folder to build ``name`` in: beside the final one for a local root (so the
-    publishing rename stays on one file system), in the download folder for gs://."""
-    base = root if not rundir.is_cloud(root) else download_dir
-    parent = os.path.join(base, LOCK_FOLDER, name) if base == root else base
+    """A fresh local folder to build ``name`` in."""
+    parent = _staging_parent(root, download_dir, name)
     os.makedirs(parent, exist_ok=True)
     return tempfile.mkdtemp(prefix=f"staging-{name}-", dir=parent)
 
 
 def resume_folder(root: str, download_dir: str, name: str) -> str:
     """The one staging folder of a resumable build of ``name`` (kept until it is published)."""
-    base = root if not rundir.is_cloud(root) else download_dir
-    parent = os.path.join(base, LOCK_FOLDER, name) if base == root else base
-    folder = os.path.join(parent, f"resume-{name}")
+    folder = os.path.join(_staging_parent(root, download_dir, name), f"resume-{name}")
     os.makedirs(folder, exist_ok=True)
     return folder
 
 
 def clear_stale_staging(root: str, download_dir: str, name: str) -> None:
     """Remove staging folders an interrupted prepare of ``name`` left (call under the lock)."""
-    for base in {root if not rundir.is_cloud(root) else "", download_dir} - {""}:
-        parent = os.path.join(base, LOCK_FOLDER, name) if base == root else base
-        if os.path.isdir(parent):
-            for entry in os.listdir(parent):
-                if entry.startswith(f"staging-{name}-"):
-                    shutil.rmtree(os.path.join(parent, entry), ignore_errors=True)
+    parent = _staging_parent(root, download_dir, name)
+    if os.path.isdir(parent):
+        for entry in os.listdir(parent):
+            if entry.startswith(f"staging-{name}-"):
+                shutil.rmtree(os.path.join(parent, entry), ignore_errors=True)
