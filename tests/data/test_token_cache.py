@@ -9,6 +9,7 @@ import textwrap
 
 import numpy as np
 import pytest
+from support.translation_data import numbers_keys
 
 from lbtrain.data import DataError, parallel_text, subword, token_cache, translation
 from lbtrain.data.wmt16_folder import write_wmt16_folder
@@ -18,15 +19,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 def numbers(cache_dir, **kw) -> dict:
     """The ``data`` keys of a small numbers task with its token cache in ``cache_dir``."""
-    keys = dict(
-        corpus="numbers",
-        num_train=600,
-        num_eval=40,
-        max_digits=3,
-        vocab_size=120,
-        max_len=40,
-        token_cache_dir=str(cache_dir),
-    )
+    keys = numbers_keys(vocab_size=120, max_len=40, token_cache_dir=str(cache_dir))
     return dict(keys, **kw)
 
 

@@ -5,24 +5,10 @@ import os
 
 import numpy as np
 import pytest
+from support.translation_data import numbers_keys
 
 from lbtrain import rundir
 from lbtrain.data import DataError, parallel_text, subword, translation
-
-
-def numbers_keys(**kw) -> dict:
-    """The ``data`` keys of a small numbers corpus."""
-    return dict(
-        dict(
-            corpus="numbers",
-            num_train=600,
-            num_eval=40,
-            split_seed=0,
-            max_digits=3,
-            numbers_per_sentence=3,
-        ),
-        **kw,
-    )
 
 
 def cfg(**kw) -> dict:
