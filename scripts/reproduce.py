@@ -41,8 +41,9 @@ grid at each batch size first, two more points where the best one sits on the gr
 best point's other seeds and the longer epoch budgets. Runs start budget runs first, then the
 grids and seeds from the largest batch down (``launch_order``). ``--print-commands`` prints the
 runs known so far. The scheduler (experiments/sweep/scheduler.py) is the same for every executor;
-an executor only starts runs (``--executor=local``: processes on this machine; ``tpu``: a pool of
-Cloud TPU slices through scripts/tpu_launch.sh, scripts/tpupool/). A run that stops
+an executor (experiments/sweep/executors/, each with its own flags) only starts runs and reports
+what it sees (``--executor=local``: processes on this machine; ``tpu``: a pool of Cloud TPU slices
+through scripts/tpu_launch.sh; ``slurm``: one SLURM job per run, docs/slurm.md). A run that stops
 without ``results.json`` or ``failure.json`` (killed, a held workdir lock, missing data) is
 reported and tried again on the next pass; one that diverged is a result and is not. The
 protocol every experiment follows: docs/reproduce.md.
@@ -52,21 +53,16 @@ protocol every experiment follows: docs/reproduce.md.
 
 from __future__ import annotations
 
-import functools
 import os
 import shlex
 import sys
 
 from absl import app, flags
-from tpupool import TpuExecutor, TpuPoolError
-from tpupool.executor import parse_slices, smallest_chips
 
 from experiments import catalog, estimate, probe, report, runfiles
 from experiments.step_times import StepTimes
-from experiments.sweep import local as local_executor
-from experiments.sweep import scheduler
-
-ROOT = local_executor.ROOT
+from experiments.sweep import executors, scheduler
+from experiments.sweep.executors.base import ROOT, Context, ExecutorError
 
 _EXPERIMENT = flags.DEFINE_string(
     "experiment",
@@ -84,30 +80,11 @@ _PLAN = flags.DEFINE_enum(
 _EXECUTOR = flags.DEFINE_enum(
     "executor",
     "local",
-    ["local", "tpu"],
-    "What starts the runs: local (processes on this machine) or tpu (a pool of Cloud TPU slices).",
+    executors.names(),
+    "What starts the runs: " + "; ".join(executors.load(n).HELP for n in executors.names()) + ".",
 )
-_SLICES = flags.DEFINE_list(
-    "slices",
-    [],
-    "tpu: the pool, NAME:TYPE,... (e.g. lb-a:v4-8,lb-b:v4-32); one run at a time each.",
-)
-_ZONE = flags.DEFINE_string("zone", "", "tpu: the zone of every slice.")
-_PROJECT = flags.DEFINE_string("project", "", "tpu: the Google Cloud project (default: gcloud's).")
-_QUEUED = flags.DEFINE_bool("queued", False, "tpu: create slices through queued resources.")
-_SPOT = flags.DEFINE_bool("spot", False, "tpu: spot slices (cheaper; preemptible).")
-_DELETE = flags.DEFINE_bool(
-    "delete",
-    False,
-    "tpu: delete the slices this sweep created when it ends, when it is interrupted, and when one "
-    "stays idle --idle_minutes.",
-)
-_IDLE_MINUTES = flags.DEFINE_float(
-    "idle_minutes", 10.0, "tpu, with --delete: delete a created slice idle this long."
-)
-_MAX_PREEMPTIONS = flags.DEFINE_integer(
-    "max_preemptions", 3, "tpu: recreate a run's slice and resume it at most this many times."
-)
+# each executor's own flags, by executor (experiments/sweep/executors/)
+EXECUTOR_FLAGS = {n: executors.load(n).define_flags(flags) for n in executors.names()}
 _RESET_PREEMPTIONS = flags.DEFINE_bool(
     "reset_preemptions",
     False,
@@ -117,17 +94,6 @@ _RESET_PREEMPTIONS = flags.DEFINE_bool(
 )
 _JOBS = flags.DEFINE_integer(
     "jobs", 0, "Runs trained at the same time (default: one per slot; 1 on the CPU)."
-)
-_DEVICES = flags.DEFINE_list(
-    "devices",
-    [],
-    "local: the GPUs to run on, one slot each (indices, or all); unset: every run sees the "
-    "whole machine.",
-)
-_RUNS_PER_DEVICE = flags.DEFINE_integer(
-    "runs_per_device",
-    1,
-    "local, with --devices: runs sharing each GPU, each with 1/k of its memory.",
 )
 _DATA_DIR = flags.DEFINE_string(
     "data_dir",
@@ -219,44 +185,41 @@ NO_PLOTS = (
 )
 
 
-def devices() -> list[int]:
-    """--devices as GPU indices (``all``: every GPU nvidia-smi lists)."""
-    if _DEVICES.value == ["all"]:
-        found = local_executor.visible_gpus()
-        if not found:
-            raise SystemExit("reproduce: --devices=all found no GPU (nvidia-smi lists none)")
-        return found
-    try:
-        return [int(d) for d in _DEVICES.value]
-    except ValueError:
-        raise SystemExit(
-            f"reproduce: --devices={','.join(_DEVICES.value)}: give GPU indices (0,1) or all"
-        ) from None
+def executor_module():
+    """The chosen executor's module; a flag of another executor is refused in one line."""
+    for name, holders in EXECUTOR_FLAGS.items():
+        given = [h.name for h in holders if flags.FLAGS[h.name].present]
+        if name != _EXECUTOR.value and given:
+            raise SystemExit(
+                f"reproduce: --{given[0]} is a flag of --executor={name}, not of "
+                f"--executor={_EXECUTOR.value}"
+            )
+    return executors.load(_EXECUTOR.value)
 
 
-def make_executor(runs_dir: str):
-    if _EXECUTOR.value == "tpu":
-        pool = TpuExecutor(
-            parse_slices(_SLICES.value),
-            _ZONE.value,
-            project=_PROJECT.value,
-            queued=_QUEUED.value,
-            spot=_SPOT.value,
-            delete=_DELETE.value,
-            idle_minutes=_IDLE_MINUTES.value,
-            max_preemptions=_MAX_PREEMPTIONS.value,
-        )
-        pool.check(runs_dir)
-        return pool
-    if _DEVICES.value or _RUNS_PER_DEVICE.value != 1:
-        if not _DEVICES.value:
-            raise SystemExit("reproduce: --runs_per_device needs --devices (the GPUs to share)")
-        if _RUNS_PER_DEVICE.value < 1:
-            raise SystemExit("reproduce: --runs_per_device must be at least 1")
-        return local_executor.LocalExecutor(
-            devices=devices(), runs_per_device=_RUNS_PER_DEVICE.value
-        )
-    return local_executor.LocalExecutor(jobs=max(1, _JOBS.value))
+def context(runs_dir: str, run_hours=None) -> Context:
+    hours = {"run_hours": run_hours} if run_hours else {}
+    return Context(runs_dir=runs_dir, chips=_CHIPS.value, jobs=_JOBS.value, **hours)
+
+
+def make_executor(runs_dir: str, run_hours=None):
+    return executor_module().from_flags(context(runs_dir, run_hours))
+
+
+def hours_per_run(exp, plan):
+    """Each run's estimated wall-clock hours (its updates x its step time), read from the plan's
+    estimate when step times are given; None for a run without one."""
+    if not _ACCELERATOR.value or not (_STEP_TIMES.value or os.path.isfile(_PROBE_CACHE.value)):
+        return None
+    rows = {}
+
+    def hours(run):
+        if not rows:
+            rows.update({r.name: r for r in plan_cost(exp, plan).rows})
+        row = rows.get(run.name)
+        return row.steps * row.step_s / 3600 if row and row.step_s else None
+
+    return hours
 
 
 def caller_path(value: str) -> str:
@@ -274,11 +237,9 @@ def extra_flags() -> list[str]:
 
 
 def chips_per_run():
-    """The chips a run uses, from --chips, --devices or the tpu pool (None: not known)."""
-    chips = _CHIPS.value or (1 if _DEVICES.value else None)
-    if not chips and _EXECUTOR.value == "tpu" and _SLICES.value:
-        chips = functools.partial(smallest_chips, parse_slices(_SLICES.value))
-    return chips
+    """The chips a run uses, as the executor's flags or --chips give them (an int, a function of
+    the run's batch, or None: not known)."""
+    return executor_module().chips(context(""))
 
 
 def plan_cost(exp, plan):
@@ -343,7 +304,7 @@ def main(argv):
             train(exp, plan, runs_dir, results_dir)
             if _ESTIMATE.value:
                 return
-    except (scheduler.SweepError, TpuPoolError) as e:
+    except (scheduler.SweepError, ExecutorError) as e:
         raise SystemExit(f"reproduce: {e}") from None
     if render_one(exp, local, results, out_dir):
         print(NO_PLOTS, flush=True)
@@ -379,8 +340,6 @@ def train(exp, plan, runs_dir: str, results_dir: str) -> None:
     """--estimate, or the plan trained by the executor the flags choose; bad input is one line
     before anything starts, and on the tpu executor the plan's cost is printed first."""
     if _ESTIMATE.value:
-        if _EXECUTOR.value == "tpu" and _SLICES.value:
-            parse_slices(_SLICES.value)
         given = [
             f
             for f, v in (
@@ -399,15 +358,19 @@ def train(exp, plan, runs_dir: str, results_dir: str) -> None:
             cost = probe_step_times(exp, plan, cost, runs_dir)
         print(estimate.render(cost), end="")
         return
-    if _RESET_PREEMPTIONS.value and _EXECUTOR.value != "tpu":
+    module = executor_module()
+    if _RESET_PREEMPTIONS.value and not getattr(module, "COUNTS_PREEMPTIONS", False):
+        counting = [
+            n for n in executors.names() if executors.load(n).__dict__.get("COUNTS_PREEMPTIONS")
+        ]
         raise SystemExit(
-            "reproduce: --reset_preemptions is for --executor=tpu, the executor that counts "
-            "preemptions"
+            f"reproduce: --reset_preemptions is for --executor={'|'.join(counting)}, the "
+            "executors that count preemptions"
         )
     sweep = scheduler.Sweep(
         exp,
         plan,
-        make_executor(runs_dir),
+        make_executor(runs_dir, hours_per_run(exp, plan)),
         runs_dir,
         results_dir,
         _ONLY.value,
@@ -423,7 +386,7 @@ def train(exp, plan, runs_dir: str, results_dir: str) -> None:
             + (", ".join(reset) if reset else "none was above 0"),
             flush=True,
         )
-    if _MAX_CHIP_HOURS.value is not None or _EXECUTOR.value == "tpu":
+    if _MAX_CHIP_HOURS.value is not None or getattr(module, "SHOWS_COST", False):
         cost = plan_cost(exp, plan)
         print(estimate.totals_text(cost), end="", flush=True)
         refused = _MAX_CHIP_HOURS.value is not None and estimate.refusal(

@@ -4,16 +4,14 @@ run stopped by a held lock or a missing data folder is retried on the next pass)
 
 import json
 import os
-import sys
 import textwrap
 
 import pytest
 import reproduce_cli  # tests/ is on sys.path (conftest.py)
 
 from experiments.common import Run
-from experiments.sweep import local, scheduler
+from experiments.sweep import scheduler
 from experiments.sweep.scheduler import Slot
-from experiments.sweep.state import RunRecord
 from lbtrain import rundir
 
 
@@ -33,36 +31,6 @@ def test_a_slot_takes_the_first_run_that_fits_it_leaving_to_it_what_only_it_can_
     # a batch under the device count does not split over the devices
     assert not scheduler.fits(r2, small) and scheduler.fits(r2, Slot("cpu"))
     assert [r.name for r in scheduler.unplaceable([r12, r2, r6], pool)] == ["r2"]
-
-
-def test_devices_and_shares_give_each_process_its_gpu_and_memory_fraction(tmp_path):
-    """The environment each run's process receives, read back from the process itself."""
-    dump = "import json, os, sys; json.dump(dict(os.environ), open(sys.argv[-1], 'w'))"
-    ex = local.LocalExecutor(
-        devices=[0, 1], runs_per_device=2, program=(sys.executable, "-c", dump)
-    )
-    slots = ex.slots()
-    assert [s.name for s in slots] == ["gpu0.0", "gpu0.1", "gpu1.0", "gpu1.1"]
-    assert all(s.devices == 1 for s in slots)
-    jobs = []
-    for i, slot in enumerate(slots):
-        workdir = str(tmp_path / f"r{i}")
-        jobs.append(
-            ex.start(slot, run(f"r{i}", 8), [str(tmp_path / f"env{i}.json")], workdir, RunRecord())
-        )
-    assert [j.proc.wait(timeout=60) for j in jobs] == [0] * 4
-    envs = [json.loads((tmp_path / f"env{i}.json").read_text()) for i in range(4)]
-    assert [e["CUDA_VISIBLE_DEVICES"] for e in envs] == ["0", "0", "1", "1"]
-    # two runs share each GPU: 0.9 / 2 of its memory each, never more than 0.9 in all
-    assert [e["XLA_PYTHON_CLIENT_MEM_FRACTION"] for e in envs] == ["0.45"] * 4
-    assert local.slot_env(3, 1) == {"CUDA_VISIBLE_DEVICES": "3"}  # alone on it: JAX's default
-    assert local.slot_env(0, 3) == {
-        "CUDA_VISIBLE_DEVICES": "0",
-        "XLA_PYTHON_CLIENT_MEM_FRACTION": "0.30",
-    }
-    assert local.slot_env(None, 1) == {}  # the CPU: nothing set
-    # the CPU executor: `jobs` slots of unknown device count, which take any batch
-    assert [s.devices for s in local.LocalExecutor(jobs=3).slots()] == [0, 0, 0]
 
 
 EXPERIMENT = textwrap.dedent(
@@ -163,3 +131,127 @@ def test_publish_reads_the_runs_a_bucket_holds_whatever_trained_them(tmp_path, g
     md = (results / "remote_local.md").read_text()
     assert "stopped: non-finite loss" in md
     assert not (tmp_path / "runs").exists()  # nothing trained here
+
+
+class _ScriptedJob:
+    """A run that reports ``events`` on its first poll, then ends: with ``results.json`` written
+    into its workdir (``finish``), or left live when stopped (``leave``)."""
+
+    def __init__(self, workdir: str, events, finish: bool, leave: bool):
+        self.launch = {"id": os.path.basename(workdir)}
+        self.workdir, self.pending, self.finish, self.leave = workdir, list(events), finish, leave
+        self.polls = 0
+
+    def events(self):
+        out, self.pending = self.pending, []
+        return out
+
+    def poll(self):
+        self.polls += 1
+        if self.polls < 3 or not self.finish:
+            return None
+        os.makedirs(self.workdir, exist_ok=True)
+        with open(os.path.join(self.workdir, "results.json"), "w") as f:
+            f.write("{}")
+        return 0
+
+    def stop(self):
+        return not self.leave
+
+
+class _ScriptedExecutor:
+    """An executor of the protocol (experiments/sweep/executors/base.py) whose jobs are scripted:
+    the scheduler alone must turn what they report into records."""
+
+    name = "scripted"
+
+    def __init__(self, script):
+        self.script, self.started, self.closed = script, [], None
+
+    def check(self, runs):
+        pass
+
+    def slots(self):
+        return [Slot(f"q{i}") for i in range(4)]
+
+    def start(self, slot, run, args, workdir, past):
+        assert past is not None and past.attempts == 0  # a copy of the record, read only
+        past.attempts = 99  # writing it changes nothing the scheduler keeps
+        self.started.append(run.name)
+        events, finish, leave = self.script[run.name]
+        return _ScriptedJob(workdir, events, finish, leave)
+
+    def adopt(self, saved, args_for):
+        return {}
+
+    def tick(self, idle):
+        pass
+
+    def slot_records(self):
+        return {"queue": sorted(self.started)}
+
+    def close(self, interrupted):
+        self.closed = interrupted
+        return []
+
+
+def test_the_scheduler_records_what_an_executor_reports_and_the_executor_writes_nothing(tmp_path):
+    """Attempts, preemptions and requeues reported as events are added to the run's record by the
+    scheduler (one more attempt per start), with the job's launch and the executor's slot records,
+    and saved in sweep.json."""
+    from experiments.common import Experiment, Plan
+    from experiments.sweep.executors.base import Event
+
+    runs = (Run("a", 8, "legw", "x"), Run("b", 8, "legw", "x"))
+    exp = Experiment(
+        name="scripted", config="configs/mnist_lstm.py", metric="accuracy", split="eval",
+        direction="max", claim="none", tolerance=0.05, full=Plan(runs, "none"),
+        local=Plan(runs, "none"),
+    )  # fmt: skip
+    script = {
+        "a": ([Event("requeued", attempts=2, requeues=2)], True, False),
+        "b": ([Event("preempted", attempts=1, preemptions=1)], True, False),
+    }
+    executor = _ScriptedExecutor(script)
+    out = open(tmp_path / "live.txt", "w")
+    sweep = scheduler.Sweep(
+        exp, exp.plan(True), executor, str(tmp_path / "runs"), str(tmp_path / "res"),
+        poll_seconds=0.01, out=out,
+    )  # fmt: skip
+    sweep.run()
+    out.close()
+    saved = json.loads((tmp_path / "runs" / "sweep.json").read_text())
+    a, b = saved["runs"]["a"], saved["runs"]["b"]
+    assert (a["attempts"], a["requeues"], a["preemptions"]) == (3, 2, 0)
+    assert (b["attempts"], b["requeues"], b["preemptions"]) == (2, 0, 1)
+    assert a["launch"] == {"id": "a"} and a["status"] == b["status"] == "finished"
+    assert saved["executor"] == "scripted" and saved["slots"] == {"queue": ["a", "b"]}
+    live = (tmp_path / "live.txt").read_text()
+    assert "a: requeued |" in live and "b: preempted |" in live and executor.closed is False
+
+
+def test_an_interrupt_leaves_a_job_its_executor_keeps_live_recorded_as_running(tmp_path):
+    """Ctrl-C: a job whose stop() says it stays where it runs (a queued SLURM job) is not waited
+    for; it stays ``running`` in sweep.json for the next pass to adopt."""
+    from experiments.common import Experiment, Plan
+
+    runs = (Run("kept", 8, "legw", "x"),)
+    exp = Experiment(
+        name="kept", config="configs/mnist_lstm.py", metric="accuracy", split="eval",
+        direction="max", claim="none", tolerance=0.05, full=Plan(runs, "none"),
+        local=Plan(runs, "none"),
+    )  # fmt: skip
+    executor = _ScriptedExecutor({"kept": ([], False, True)})
+    sweep = scheduler.Sweep(
+        exp, exp.plan(True), executor, str(tmp_path / "runs"), str(tmp_path / "res"),
+        poll_seconds=0.01, out=open(os.devnull, "w"),
+    )  # fmt: skip
+
+    def interrupt(idle):
+        raise KeyboardInterrupt
+
+    executor.tick = interrupt
+    with pytest.raises(KeyboardInterrupt):
+        sweep.run()
+    saved = json.loads((tmp_path / "runs" / "sweep.json").read_text())
+    assert saved["runs"]["kept"]["status"] == "running" and executor.closed is True

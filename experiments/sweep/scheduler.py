@@ -1,9 +1,11 @@
 """The plan scheduler, the same whatever runs the runs: which run starts on which slot, in what
 order, and what happens when one ends.
 
-A *slot* is where one run trains at a time (a process on this machine, a GPU, a TPU slice). An
-executor (:class:`Executor`) offers slots and starts a run's ``lbtrain`` command on one; the
-scheduler only reads the runs' workdirs (:mod:`experiments.runfiles`) to learn how a run ended:
+A *slot* is where one run trains at a time (a process on this machine, a GPU, a TPU slice, a place
+in a SLURM queue). An executor (:mod:`experiments.sweep.executors`) offers slots, starts a run's
+``lbtrain`` command on one and reports what it sees; the scheduler alone writes the runs' records
+and ``sweep.json``, and reads the runs' workdirs (:mod:`experiments.runfiles`) to learn how a run
+ended:
 
 - ``results.json``: finished; ``failure.json``: diverged, a result. Either is published to
   ``<results_dir>/runs/<run>/`` and never run again.
@@ -16,67 +18,22 @@ whenever a run ends (:func:`experiments.runfiles.all_runs`), and started in :fun
 
 from __future__ import annotations
 
+import copy
 import dataclasses
+import functools
 import signal
 import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
-from typing import Protocol
+from collections.abc import Sequence
 
 from experiments import runfiles
 from experiments.common import Experiment, Plan, Run
 from experiments.sweep import state as sweep_state
+from experiments.sweep.executors.base import Event, Executor, Job, Slot
 from experiments.sweep.state import SweepState
 
-
-@dataclasses.dataclass(frozen=True)
-class Slot:
-    """Where one run trains at a time; ``devices``: the JAX devices a run there sees, which its
-    global batch must be a multiple of (0: not known here, any batch is taken)."""
-
-    name: str
-    devices: int = 0
-
-
-class Job(Protocol):
-    """A started run: ``poll()`` is its exit status once it has ended (None while it runs);
-    ``stop()`` asks it to stop as a preemption would (it saves a checkpoint first)."""
-
-    def poll(self) -> int | None: ...
-
-    def stop(self) -> None: ...
-
-
-class Executor(Protocol):
-    name: str
-
-    def slots(self) -> list[Slot]: ...
-
-    def start(self, slot: Slot, run: Run, args: list[str], workdir: str, record) -> Job:
-        """Start ``lbtrain <args>`` for ``run`` on ``slot`` (``record``: its
-        :class:`~experiments.sweep.state.RunRecord`, which the executor may annotate)."""
-        ...
-
-    def bind(self, notify: Callable[[str, str], None]) -> None:
-        """``notify(run, text)`` reports what happens to a run between its start and its end (a
-        preemption, a resume): one line in the live view, the sweep's state saved."""
-        ...
-
-    def adopt(self, state: SweepState, args_for: Callable[[str], list[str] | None]) -> dict:
-        """The runs still live from an earlier scheduler (killed without cleaning up), by name:
-        ``{run name: (slot, job)}``; ``args_for(name)``: that run's ``lbtrain`` arguments (None
-        for a name the plan does not have)."""
-        ...
-
-    def tick(self, idle: list[Slot]) -> None:
-        """Called on every poll with the slots that hold no run (an executor may release one that
-        stays idle)."""
-        ...
-
-    def close(self, interrupted: bool) -> list[str]:
-        """Release what the executor holds; returns lines saying what it did."""
-        ...
+__all__ = ["Slot", "Sweep", "SweepError", "launch_order", "lbtrain_args", "pick", "unplaceable"]
 
 
 def lbtrain_args(exp: Experiment, run: Run, plan: Plan, workdir: str, extra=()) -> list[str]:
@@ -161,10 +118,19 @@ class Sweep:
     out: object = None
 
     def __post_init__(self):
-        self.state = SweepState.load(self.runs_dir, self.executor.name)
-        self.live = _Live(self.state, self.out)
+        self.checked = False
         self.running: dict[str, tuple[Slot, Run, Job]] = {}
         self.done: set[str] = set()  # published, or ended without an outcome in this pass
+
+    @functools.cached_property
+    def state(self) -> SweepState:
+        """Read when first needed: after :meth:`check`, which refuses a runs folder that cannot
+        be reached in one line before anything reads it."""
+        return SweepState.load(self.runs_dir, self.executor.name)
+
+    @functools.cached_property
+    def live(self) -> _Live:
+        return _Live(self.state, self.out)
 
     # ------------------------------------------------------------------------------- the pass
 
@@ -212,12 +178,13 @@ class Sweep:
                 continue
             pending.remove(run)
             rec = self.state.run(run.name)
+            args = lbtrain_args(self.exp, run, self.plan, self.workdir(run), self.extra)
+            job = self.executor.start(slot, run, args, self.workdir(run), copy.deepcopy(rec))
             rec.status, rec.slot, rec.detail = sweep_state.RUNNING, slot.name, ""
             rec.attempts += 1
-            args = lbtrain_args(self.exp, run, self.plan, self.workdir(run), self.extra)
-            job = self.executor.start(slot, run, args, self.workdir(run), rec)
+            rec.launch = dict(job.launch)
             self.running[run.name] = (slot, run, job)
-            self.state.save()
+            self._save()
             where = f" on {slot.name}" if len(slots) > 1 or slot.devices else ""
             self.live(run.name, f"started{where} (attempt {rec.attempts})")
 
@@ -238,7 +205,7 @@ class Sweep:
             rec.status = sweep_state.STOPPED
             text = f"stopped without a result (exit {code}; see {log}); the next pass retries it"
         rec.detail = text
-        self.state.save()
+        self._save()
         self.live(name, text)
 
     def _args_for(self, name: str) -> list[str] | None:
@@ -247,12 +214,29 @@ class Sweep:
             return None
         return lbtrain_args(self.exp, run, self.plan, self.workdir(run), self.extra)
 
-    def _notify(self, name: str, text: str) -> None:
+    def _save(self) -> None:
+        """The sweep's state, with the executor's own record of its slots."""
+        self.state.slots = self.executor.slot_records()
         self.state.save()
-        self.live(name, text)
+
+    def _record(self, name: str, event: Event) -> None:
+        """What the executor saw happen to a live run: counted in its record, saved, shown."""
+        self.state.run(name).add(event)
+        self._save()
+        self.live(name, event.text)
+
+    def _events(self) -> None:
+        for name, (_, _, job) in list(self.running.items()):
+            for event in job.events():
+                self._record(name, event)
+        if self.executor.slot_records() != self.state.slots:
+            self._save()
 
     def check(self) -> None:
-        """Refuse, in one line, a plan with a run that no slot can take."""
+        """Refuse, in one line, what the executor cannot run (its own check), and a plan with a
+        run that no slot can take."""
+        self.executor.check(self.known())
+        self.checked = True
         lost = unplaceable(self.known(), self.executor.slots())
         if lost:
             sizes = ", ".join(f"{s.name} ({s.devices} devices)" for s in self.executor.slots())
@@ -266,8 +250,8 @@ class Sweep:
         """Train the runs until none is left to start; returns the sweep's state. Ctrl-C or
         SIGTERM at any point stops the live runs, lets the executor release what it holds, and
         raises KeyboardInterrupt."""
-        self.check()
-        self.executor.bind(self._notify)
+        if not self.checked:
+            self.check()
         interrupted = False
         try:
             with _signals_as_interrupt():
@@ -279,7 +263,7 @@ class Sweep:
         finally:
             for line in self.executor.close(interrupted):
                 print(line, file=self.out or sys.stdout, flush=True)
-            self.state.save()
+            self._save()
         if interrupted:
             raise KeyboardInterrupt
         return self.state
@@ -290,8 +274,9 @@ class Sweep:
             if name in known:
                 self.running[name] = (slot, known[name], job)
                 rec = self.state.run(name)
-                rec.status, rec.slot = sweep_state.RUNNING, slot.name
-                self._notify(name, f"adopted: still running on {slot.name}")
+                rec.status, rec.slot, rec.launch = sweep_state.RUNNING, slot.name, dict(job.launch)
+                self._save()
+                self.live(name, f"adopted: still live on {slot.name}")
 
     def _loop(self) -> None:
         while True:
@@ -299,8 +284,10 @@ class Sweep:
             if not self.running:
                 return
             while True:
+                self._events()
                 ended = {n: j.poll() for n, (_, _, j) in self.running.items()}
                 ended = {n: c for n, c in ended.items() if c is not None}
+                self._events()  # what happened before they ended
                 for name, code in ended.items():
                     self._ended(name, code)
                 if ended:
@@ -310,12 +297,17 @@ class Sweep:
                 time.sleep(self.poll_seconds)
 
     def _interrupt(self) -> None:
-        """Stop every live run as a preemption would (each saves a checkpoint), wait for them."""
-        for _, _, job in self.running.values():
-            job.stop()
+        """Stop every live run as a preemption would (each saves a checkpoint) and wait for them;
+        a run its executor leaves live (a queued SLURM job) stays recorded as running, and the
+        next pass adopts it."""
+        stopping = {name: job.stop() for name, (_, _, job) in self.running.items()}
         for name, (_, _, job) in list(self.running.items()):
+            if not stopping[name]:
+                self.running.pop(name)
+                continue
             while job.poll() is None:
                 time.sleep(self.poll_seconds)
+            self._events()
             self._ended(name, job.poll())
 
 

@@ -6,13 +6,11 @@ to keep counting attempts; the runs' outcomes are never taken from it (their wor
 from __future__ import annotations
 
 import dataclasses
-import threading
 import time
 
 from lbtrain import rundir
 
 NAME = "sweep.json"
-_SAVING = threading.Lock()
 
 WAITING = "waiting"
 RUNNING = "running"
@@ -28,8 +26,16 @@ class RunRecord:
     slot: str = ""  # where it runs (ran last)
     attempts: int = 0  # starts, resumes included
     preemptions: int = 0
+    requeues: int = 0  # SLURM's: the job's restart count, over every job of the run
     launch: dict = dataclasses.field(default_factory=dict)  # executor-specific: launch id, pid
     detail: str = ""  # the last status line (an exit code, an error)
+
+    def add(self, event) -> None:
+        """Count what an executor reported (an :class:`~experiments.sweep.executors.base.Event`)."""
+        self.attempts += event.attempts
+        self.preemptions += event.preemptions
+        self.requeues += event.requeues
+        self.detail = event.text
 
 
 @dataclasses.dataclass
@@ -52,10 +58,7 @@ class SweepState:
         return self.runs.setdefault(name, RunRecord())
 
     def save(self) -> None:
-        with _SAVING:  # executors' threads report too
-            self._save()
-
-    def _save(self) -> None:
+        """Written by the scheduler alone (executors report to it)."""
         rundir.write_json(
             self.path,
             {

@@ -5,8 +5,9 @@ launcher creates the slice when it is absent, reuses it when it is READY and its
 commit matches, and follows the run to its end. When it ends the slice's state says what happened:
 a PREEMPTED (or SUSPENDED, STOPPING, TERMINATED) slice is recreated by the next launch of the same
 command, and the run resumes from its ``gs://`` checkpoint, at most ``max_preemptions`` times,
-counted in the run's record (``sweep.json``, kept across passes: ``SweepState.reset_preemptions``,
-``reproduce.py --reset_preemptions``, sets the counts back to 0). Process 0's log is appended to
+reported to the scheduler, which counts them in the run's record (``sweep.json``, kept across
+passes: ``SweepState.reset_preemptions``, ``reproduce.py --reset_preemptions``, sets the counts back
+to 0). Process 0's log is appended to
 the workdir's ``stdout.log``.
 
 Slices stay up between runs. With ``delete``: a slice this executor created and that has held no run
@@ -22,25 +23,32 @@ import logging
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 import threading
 import time
 
-from tpulaunch.accelerators import accelerator
-from tpulaunch.common import LaunchError
+from absl.flags import FLAGS
 
 from experiments import runfiles
-from experiments.sweep.scheduler import Slot
+from experiments.sweep.executors.base import ROOT, Context, Event, ExecutorError, Slot
 from lbtrain import rundir
 
-HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-LAUNCHER = ("bash", os.path.join(HERE, "tpu_launch.sh"))
+# the launcher and its accelerator table live in the checkout's scripts/ (not installed): this
+# executor drives them from there
+SCRIPTS = os.path.join(ROOT, "scripts")
+if SCRIPTS not in sys.path:
+    sys.path.append(SCRIPTS)
+from tpulaunch.accelerators import accelerator  # noqa: E402
+from tpulaunch.common import LaunchError  # noqa: E402
+
+NAME = "tpu"
+HELP = "tpu: a pool of Cloud TPU slices (--slices, --zone), one run on each at a time"
+SHOWS_COST = True  # billed: the plan's cost is printed before anything starts
+COUNTS_PREEMPTIONS = True  # --reset_preemptions applies
+LAUNCHER = ("bash", os.path.join(SCRIPTS, "tpu_launch.sh"))
 # what a slice's state reads once the cloud has taken it back
 GONE = ("PREEMPTED", "TERMINATED", "STOPPING", "STOPPED", "SUSPENDED", "SUSPENDING")
-
-
-class TpuPoolError(Exception):
-    """The pool or its runs' folder cannot work as given (one line, before anything is created)."""
 
 
 def parse_slices(specs: list[str]) -> list[tuple[str, str]]:
@@ -49,17 +57,17 @@ def parse_slices(specs: list[str]) -> list[tuple[str, str]]:
     for spec in specs:
         name, _, kind = spec.partition(":")
         if not name or not kind:
-            raise TpuPoolError(f"--slices: {spec!r} is not NAME:TYPE (e.g. lb-a:v4-8)")
+            raise ExecutorError(f"--slices: {spec!r} is not NAME:TYPE (e.g. lb-a:v4-8)")
         if name in seen:
-            raise TpuPoolError(f"--slices: slice {name!r} is named twice: give each its own name")
+            raise ExecutorError(f"--slices: slice {name!r} is named twice: give each its own name")
         try:
             accelerator(kind)
         except LaunchError as e:
-            raise TpuPoolError(f"--slices: {name}: {e}") from None
+            raise ExecutorError(f"--slices: {name}: {e}") from None
         seen.add(name)
         out.append((name, kind))
     if not out:
-        raise TpuPoolError("--executor=tpu needs --slices=NAME:TYPE,...")
+        raise ExecutorError("--executor=tpu needs --slices=NAME:TYPE,...")
     return out
 
 
@@ -72,7 +80,8 @@ def smallest_chips(slices: list[tuple[str, str]], batch: int) -> int | None:
 
 class _Attempts:
     """One run on one slice: launches until the run ends on a slice the cloud did not take back
-    (or after ``max_preemptions`` recreations). ``poll()``: its exit status once it has ended."""
+    (or after ``max_preemptions`` recreations, counting the ``preempted`` of earlier passes).
+    ``poll()``: its exit status once it has ended; each recreation is reported as an event."""
 
     def __init__(
         self,
@@ -81,24 +90,37 @@ class _Attempts:
         name: str,
         args: list[str],
         workdir: str,
-        record,
+        preempted: int,
         follow_only: bool = False,
     ):
         self.pool, self.slot, self.name, self.args = pool, slot, name, args
-        self.workdir, self.record = workdir, record
+        self.workdir, self.preempted = workdir, preempted
+        self.launch = {"slice": slot.name, "type": pool.slices[slot.name]}
         self.code: int | None = None
         self.stopping = False
         self.proc: subprocess.Popen | None = None
+        self._events: list[Event] = []
+        self._lock = threading.Lock()
         self.thread = threading.Thread(target=self._attempts, args=(follow_only,), daemon=True)
         self.thread.start()
 
     def poll(self) -> int | None:
         return self.code if not self.thread.is_alive() else None
 
-    def stop(self) -> None:
+    def events(self) -> list[Event]:
+        with self._lock:
+            out, self._events = self._events, []
+        return out
+
+    def _report(self, event: Event) -> None:
+        with self._lock:
+            self._events.append(event)
+
+    def stop(self) -> bool:
         """SIGTERM to the run on the slice (it checkpoints and exits); no relaunch after it."""
         self.stopping = True
         self.pool.launcher("--stop", name=self.slot.name, timeout=600)
+        return True
 
     def _attempts(self, follow_only: bool) -> None:
         try:
@@ -109,20 +131,22 @@ class _Attempts:
                 if self.stopping or state not in GONE:
                     self.code = code
                     return
-                self.record.preemptions += 1
-                if self.record.preemptions > self.pool.max_preemptions:
-                    self.record.detail = f"preempted {self.record.preemptions} times: given up"
-                    self.pool.notify(self.name, self.record.detail)
+                self.preempted += 1
+                if self.preempted > self.pool.max_preemptions:
+                    self._report(Event(f"preempted {self.preempted} times: given up", 0, 1))
                     self.code = code or 1
                     return
-                self.record.attempts += 1
-                self.pool.notify(
-                    self.name,
-                    f"preempted on {self.slot.name} ({self.record.preemptions} of at most "
-                    f"{self.pool.max_preemptions}): recreating it, resuming from the checkpoint",
+                self._report(
+                    Event(
+                        f"preempted on {self.slot.name} ({self.preempted} of at most "
+                        f"{self.pool.max_preemptions}): recreating it, resuming from the "
+                        "checkpoint",
+                        attempts=1,
+                        preemptions=1,
+                    )
                 )
         except Exception as e:  # a bug or a launcher failure: this run ends, the sweep goes on
-            self.record.detail = f"{type(e).__name__}: {e}"
+            self._report(Event(f"{type(e).__name__}: {e}"))
             self.code = 1
 
     def _launch(self, follow_only: bool) -> int:
@@ -168,6 +192,7 @@ class TpuExecutor:
         slices: list[tuple[str, str]],
         zone: str,
         *,
+        runs_dir: str = "",
         project: str = "",
         queued: bool = False,
         spot: bool = False,
@@ -178,8 +203,8 @@ class TpuExecutor:
         env: dict | None = None,
     ):
         if not zone:
-            raise TpuPoolError("--executor=tpu needs --zone")
-        self.slices = dict(slices)
+            raise ExecutorError("--executor=tpu needs --zone")
+        self.slices, self.runs_dir = dict(slices), runs_dir
         self.zone, self.project, self.queued, self.spot = zone, project, queued, spot
         self.delete, self.idle_s = delete, idle_minutes * 60
         self.max_preemptions = max_preemptions
@@ -187,8 +212,6 @@ class TpuExecutor:
         self._slots = [Slot(n, accelerator(t).devices) for n, t in slices]
         self.created: set[str] = set()  # slices this executor created (deleted with `delete`)
         self.idle_since: dict[str, float] = {}
-        self.notify = lambda name, text: None
-        self.state = None
 
     # ------------------------------------------------------------------------- the launcher
 
@@ -213,7 +236,7 @@ class TpuExecutor:
         proc = self.launcher("--status", "--json", name=name)
         if proc.returncode != 0:
             last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-            raise TpuPoolError(f"slice {name}: the launcher's --status failed: {last}")
+            raise ExecutorError(f"slice {name}: the launcher's --status failed: {last}")
         return json.loads(proc.stdout.strip().splitlines()[-1])
 
     def state_of(self, name: str, settle_s: float = 600) -> str:
@@ -232,23 +255,16 @@ class TpuExecutor:
         """Note that the launch about to start creates slice ``name`` if it is absent or gone."""
         if name not in self.created and self.state_of(name) in ("ABSENT", *GONE):
             self.created.add(name)
-            self._record_slices()
-
-    def _record_slices(self) -> None:
-        if self.state is not None:
-            self.state.slots = {
-                n: {"type": t, "created": n in self.created} for n, t in self.slices.items()
-            }
-            self.state.save()
 
     # --------------------------------------------------------------------- the executor API
 
-    def check(self, runs_dir: str) -> None:
+    def check(self, runs) -> None:
         """Bad input in one line before anything is created or billed."""
+        runs_dir = self.runs_dir
         if not rundir.is_cloud(runs_dir):
-            raise TpuPoolError(f"--runs_dir={runs_dir}: the TPU workers need a gs:// runs_dir")
+            raise ExecutorError(f"--runs_dir={runs_dir}: the TPU workers need a gs:// runs_dir")
         if shutil.which("gcloud", path=(self.env or os.environ).get("PATH")) is None:
-            raise TpuPoolError(
+            raise ExecutorError(
                 "gcloud is not on PATH: install the Google Cloud CLI (docs/cloud_tpu.md)"
             )
         auth = subprocess.run(
@@ -259,7 +275,7 @@ class TpuExecutor:
             env=self.env,
         )
         if auth.returncode != 0 or not auth.stdout.strip():
-            raise TpuPoolError("gcloud has no active account: run `gcloud auth login`")
+            raise ExecutorError("gcloud has no active account: run `gcloud auth login`")
         # gcsfs logs a refused request with its traceback before raising it; the error becomes
         # one line here, so the log would only repeat it
         gcsfs_log = logging.getLogger("gcsfs")
@@ -268,27 +284,24 @@ class TpuExecutor:
         try:
             rundir.check_writable(runs_dir)
         except rundir.StorageError as e:
-            raise TpuPoolError(f"--runs_dir: {e}") from None
+            raise ExecutorError(f"--runs_dir: {e}") from None
         finally:
             gcsfs_log.setLevel(level)
 
     def slots(self) -> list[Slot]:
         return list(self._slots)
 
-    def bind(self, notify) -> None:
-        self.notify = notify
+    def slot_records(self) -> dict:
+        return {n: {"type": t, "created": n in self.created} for n, t in self.slices.items()}
 
-    def start(self, slot: Slot, run, args: list[str], workdir: str, record) -> _Attempts:
+    def start(self, slot: Slot, run, args: list[str], workdir: str, past) -> _Attempts:
         self.idle_since.pop(slot.name, None)
-        record.launch = {"slice": slot.name, "type": self.slices[slot.name]}
-        return _Attempts(self, slot, run.name, args, workdir, record)
+        return _Attempts(self, slot, run.name, args, workdir, past.preemptions)
 
-    def adopt(self, state, args_for) -> dict:
+    def adopt(self, saved, args_for) -> dict:
         """Take over the runs still live on the pool's slices (a scheduler killed without
         cleaning up): the slice's latest launch names its workdir, whose last part is the run."""
-        self.state = state
-        self.created = {n for n, rec in state.slots.items() if rec.get("created")}
-        self._record_slices()
+        self.created = {n for n, rec in saved.slots.items() if rec.get("created")}
         out = {}
         for slot in self._slots:
             st = self.status(slot.name)
@@ -299,8 +312,8 @@ class TpuExecutor:
             args = args_for(name)
             if args is None:
                 continue
-            record = state.run(name)
-            job = _Attempts(self, slot, name, args, launch["workdir"], record, follow_only=True)
+            preempted = saved.runs[name].preemptions if name in saved.runs else 0
+            job = _Attempts(self, slot, name, args, launch["workdir"], preempted, follow_only=True)
             out[name] = (slot, job)
         return out
 
@@ -317,7 +330,6 @@ class TpuExecutor:
     def _delete(self, name: str, why: str) -> str:
         proc = self.launcher("--delete", name=name, timeout=1800)
         self.created.discard(name)
-        self._record_slices()
         if proc.returncode == 0:
             return f"deleted slice {name} ({why})"
         last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
@@ -333,3 +345,57 @@ class TpuExecutor:
             f"slice {n} stays up (billing): delete it with {' '.join(self.command(n))} --delete"
             for n in sorted(self.created)
         ]
+
+
+# ------------------------------------------------------------------ flags (scripts/reproduce.py)
+
+
+def define_flags(flags) -> list:
+    return [
+        flags.DEFINE_list(
+            "slices",
+            [],
+            "tpu: the pool, NAME:TYPE,... (e.g. lb-a:v4-8,lb-b:v4-32); one run at a time each.",
+        ),
+        flags.DEFINE_string("zone", "", "tpu: the zone of every slice."),
+        flags.DEFINE_string("project", "", "tpu: the Google Cloud project (default: gcloud's)."),
+        flags.DEFINE_bool("queued", False, "tpu: create slices through queued resources."),
+        flags.DEFINE_bool("spot", False, "tpu: spot slices (cheaper; preemptible)."),
+        flags.DEFINE_bool(
+            "delete",
+            False,
+            "tpu: delete the slices this sweep created when it ends, when it is interrupted, and "
+            "when one stays idle --idle_minutes.",
+        ),
+        flags.DEFINE_float(
+            "idle_minutes", 10.0, "tpu, with --delete: delete a created slice idle this long."
+        ),
+        flags.DEFINE_integer(
+            "max_preemptions",
+            3,
+            "tpu: recreate a run's slice and resume it at most this many times.",
+        ),
+    ]
+
+
+def from_flags(context: Context) -> TpuExecutor:
+    return TpuExecutor(
+        parse_slices(FLAGS.slices),
+        FLAGS.zone,
+        runs_dir=context.runs_dir,
+        project=FLAGS.project,
+        queued=FLAGS.queued,
+        spot=FLAGS.spot,
+        delete=FLAGS.delete,
+        idle_minutes=FLAGS.idle_minutes,
+        max_preemptions=FLAGS.max_preemptions,
+    )
+
+
+def chips(context: Context):
+    """--chips, else the chips of the smallest slice that splits a run's batch (what the run
+    costs where it lands); None without --slices."""
+    if context.chips or not FLAGS.slices:
+        return context.chips or None
+    pool = parse_slices(FLAGS.slices)
+    return lambda batch: smallest_chips(pool, batch)

@@ -174,7 +174,7 @@ def test_a_killed_scheduler_is_adopted_and_an_interrupted_sweep_resumes(tmp_path
 
         second = reproduce_cli.start(exp, runs, results, *pool, env=env)
         lines = []
-        wait_for_line(second, "b12_base: adopted: still running on small", lines)
+        wait_for_line(second, "b12_base: adopted: still live on small", lines)
         second.send_signal(signal.SIGTERM)
         out = "".join(lines) + second.communicate(timeout=300)[0]
         assert second.returncode == 130, out
@@ -232,7 +232,8 @@ class PreemptingPool:
     launcher is ``true``)."""
 
     def __init__(self, max_preemptions: int):
-        self.max_preemptions, self.env, self.launches, self.lines = max_preemptions, None, 0, []
+        self.max_preemptions, self.env, self.launches = max_preemptions, None, 0
+        self.slices = {"s": "v4-8"}
 
     def creating(self, name):
         pass
@@ -247,24 +248,23 @@ class PreemptingPool:
     def state_of(self, name):
         return "PREEMPTED"
 
-    def notify(self, name, text):
-        self.lines.append(text)
-
 
 def one_pass(runs_dir: str, max_preemptions: int, reset: bool = False):
-    """One pass of run ``r`` through the pool: (its launches, its record, the names reset)."""
-    from tpupool.executor import _Attempts
-
-    from experiments.sweep.scheduler import Slot
+    """One pass of run ``r`` through the pool: (its launches, its record, the names reset), the
+    job's events counted into the record as the scheduler counts them."""
+    from experiments.sweep.executors.base import Slot
+    from experiments.sweep.executors.tpu import _Attempts
     from experiments.sweep.state import SweepState
 
     state = SweepState.load(runs_dir, "tpu")
     reset_names = state.reset_preemptions() if reset else None
     pool = PreemptingPool(max_preemptions)
     record = state.run("r")
-    job = _Attempts(pool, Slot("s", 4), "r", [], os.path.join(runs_dir, "r"), record)
+    job = _Attempts(pool, Slot("s", 4), "r", [], os.path.join(runs_dir, "r"), record.preemptions)
     job.thread.join(timeout=60)
     assert job.poll() not in (None, 0)  # given up
+    for event in job.events():
+        record.add(event)
     state.save()
     return pool.launches, record, reset_names
 

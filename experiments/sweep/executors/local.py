@@ -18,13 +18,15 @@ import subprocess
 import sys
 import tempfile
 
+from absl.flags import FLAGS
+
 from experiments import runfiles
-from experiments.sweep.scheduler import Slot
+from experiments.sweep.executors.base import ROOT, Context, Event, ExecutorError, Slot
 from experiments.sweep.state import SweepState
 from lbtrain import rundir
 
-# the repository root: run commands name their config files relative to it
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+NAME = "local"
+HELP = "local: processes on this machine (its CPU, or --devices: its GPUs)"
 # of each GPU's memory, what the runs sharing it may preallocate in all (the rest: CUDA's own
 # context per process, and headroom)
 SHARED_MEMORY = 0.9
@@ -75,6 +77,10 @@ class _Process:
                 stderr=subprocess.STDOUT,
             )
         self.pid = self.proc.pid
+        self.launch = {"pid": self.pid, **env}
+
+    def events(self) -> list[Event]:
+        return []  # a local run reports nothing between its start and its end
 
     def poll(self) -> int | None:
         code = self.proc.poll()
@@ -86,9 +92,10 @@ class _Process:
             self.log_path = ""
         return code
 
-    def stop(self) -> None:
+    def stop(self) -> bool:
         with contextlib.suppress(ProcessLookupError):
             self.proc.send_signal(signal.SIGTERM)  # lbtrain saves a checkpoint and exits
+        return True
 
 
 class LocalExecutor:
@@ -119,19 +126,17 @@ class LocalExecutor:
         return [slot for slot, _ in self._slots]
 
     def env(self, slot: Slot) -> dict[str, str]:
+        """The environment variables of a run on ``slot``."""
         device = next(d for s, d in self._slots if s == slot)
         return slot_env(device, self.runs_per_device)
 
-    def start(self, slot: Slot, run, args: list[str], workdir: str, record) -> _Process:
-        env = self.env(slot)
-        job = _Process([*self.program, *args], env, workdir)
-        record.launch = {"pid": job.pid, **env}
-        return job
+    def check(self, runs) -> None:
+        pass  # the scheduler refuses a run no slot fits; nothing else can be wrong here
 
-    def bind(self, notify) -> None:
-        pass  # a local run reports nothing between its start and its end
+    def start(self, slot: Slot, run, args: list[str], workdir: str, past) -> _Process:
+        return _Process([*self.program, *args], self.env(slot), workdir)
 
-    def adopt(self, state: SweepState, args_for) -> dict:
+    def adopt(self, saved: SweepState, args_for) -> dict:
         # a local run outlives its scheduler only when that was killed alone; its workdir lock
         # refuses a second copy, which then stops without a result and is retried next pass
         return {}
@@ -139,5 +144,57 @@ class LocalExecutor:
     def tick(self, idle) -> None:
         pass  # nothing to release: processes end with their runs
 
+    def slot_records(self) -> dict:
+        return {}
+
     def close(self, interrupted: bool) -> list[str]:
         return []
+
+
+# ------------------------------------------------------------------ flags (scripts/reproduce.py)
+
+
+def define_flags(flags) -> list:
+    return [
+        flags.DEFINE_list(
+            "devices",
+            [],
+            "local: the GPUs to run on, one slot each (indices, or all); unset: every run sees "
+            "the whole machine.",
+        ),
+        flags.DEFINE_integer(
+            "runs_per_device",
+            1,
+            "local, with --devices: runs sharing each GPU, each with 1/k of its memory.",
+        ),
+    ]
+
+
+def _devices(values: list[str]) -> list[int]:
+    """--devices as GPU indices (``all``: every GPU nvidia-smi lists)."""
+    if values == ["all"]:
+        found = visible_gpus()
+        if not found:
+            raise ExecutorError("--devices=all found no GPU (nvidia-smi lists none)")
+        return found
+    try:
+        return [int(d) for d in values]
+    except ValueError:
+        raise ExecutorError(
+            f"--devices={','.join(values)}: give GPU indices (0,1) or all"
+        ) from None
+
+
+def from_flags(context: Context) -> LocalExecutor:
+    if FLAGS.devices or FLAGS.runs_per_device != 1:
+        if not FLAGS.devices:
+            raise ExecutorError("--runs_per_device needs --devices (the GPUs to share)")
+        if FLAGS.runs_per_device < 1:
+            raise ExecutorError("--runs_per_device must be at least 1")
+        return LocalExecutor(devices=_devices(FLAGS.devices), runs_per_device=FLAGS.runs_per_device)
+    return LocalExecutor(jobs=max(1, context.jobs))
+
+
+def chips(context: Context):
+    """One GPU a run with --devices; else --chips, or not known."""
+    return context.chips or (1 if FLAGS.devices else None)

@@ -1,0 +1,34 @@
+"""The executors, side by side: one module each, registered here under the name
+``scripts/reproduce.py --executor=NAME`` takes.
+
+- ``local`` (:mod:`.local`): processes on this machine, on its CPU or one GPU (or a share of one)
+  each.
+- ``tpu`` (:mod:`.tpu`): a pool of Cloud TPU slices through ``scripts/tpu_launch.sh``.
+- ``slurm`` (:mod:`.slurm`): one SLURM job per run, placed by the cluster's scheduler.
+
+What a module defines, and the :class:`~.base.Executor` and :class:`~.base.Job` protocols its
+executor implements, are in :mod:`.base`. Adding an executor is one module and one entry in
+:data:`REGISTRY`; the modules are imported when asked for, so one whose tools are missing (the TPU
+launcher outside a checkout) costs the others nothing.
+"""
+
+from __future__ import annotations
+
+import importlib
+from types import ModuleType
+
+REGISTRY = {
+    "local": "experiments.sweep.executors.local",
+    "tpu": "experiments.sweep.executors.tpu",
+}
+
+
+def names() -> list[str]:
+    return list(REGISTRY)
+
+
+def load(name: str) -> ModuleType:
+    """The executor module registered as ``name``."""
+    if name not in REGISTRY:
+        raise KeyError(f"no executor {name!r}; registered: {', '.join(REGISTRY)}")
+    return importlib.import_module(REGISTRY[name])
