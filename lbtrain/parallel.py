@@ -20,7 +20,8 @@ from jax.sharding import PartitionSpec as P
 
 from lbtrain.errors import ShardingError
 
-# set to 1 by scripts/tpu_launch.sh on every worker of a slice
+# set to 1 by scripts/tpu_launch.sh on every worker of a slice (the slurm executor passes
+# --config.distributed.auto=True instead)
 AUTO_ENV = "LBTRAIN_DISTRIBUTED_AUTO"
 
 
@@ -32,8 +33,9 @@ def distributed_mode(cfg=None) -> str:
     """How this process joins a multi-process run: ``explicit`` (a coordinator address from
     ``cfg.coordinator_address`` or ``$LBTRAIN_COORDINATOR``: CPU/gloo tests and hand-made clusters),
     ``auto`` (``cfg.auto`` or ``$LBTRAIN_DISTRIBUTED_AUTO=1``, or a GKE TPU slice's
-    ``TPU_WORKER_HOSTNAMES`` with more than one host: JAX's own cluster detection) or ``single``. An
-    explicit address wins over auto."""
+    ``TPU_WORKER_HOSTNAMES`` with more than one host: JAX's own cluster detection, which finds Cloud
+    TPU slices and also the tasks of a SLURM ``srun`` step) or ``single``. An explicit address wins
+    over auto."""
     if _setting(cfg, "coordinator_address", "") or os.environ.get("LBTRAIN_COORDINATOR", ""):
         return "explicit"
     if _setting(cfg, "auto", False) or os.environ.get(AUTO_ENV, "") not in ("", "0"):
