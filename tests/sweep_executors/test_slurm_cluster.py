@@ -120,8 +120,10 @@ def test_a_requeued_job_runs_again_with_its_restart_count_and_keeps_its_log(slur
     read_when(out, lambda t: "attempt 0" in t, 10)
     slurm.run(["scontrol", "requeue", str(job)])
     # requeued jobs wait ~2 minutes before they may start again; StartTime=now skips that, once
-    # the first attempt has ended and the job is pending again
+    # the first attempt has ended and the job is pending again, and not within a second or two of
+    # the requeue (slurmd then refuses the job, "Job credential revoked", and it fails)
     slurm.wait_job(job, "PENDING", timeout=20)
+    time.sleep(2.0)
     deadline = time.monotonic() + 20
     while slurm.run(
         ["scontrol", "update", f"JobId={job}", "StartTime=now"], check=False

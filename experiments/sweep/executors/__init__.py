@@ -20,6 +20,7 @@ from types import ModuleType
 REGISTRY = {
     "local": "experiments.sweep.executors.local",
     "tpu": "experiments.sweep.executors.tpu",
+    "slurm": "experiments.sweep.executors.slurm",
 }
 
 
