@@ -215,6 +215,11 @@ def test_the_batch_script_of_a_multi_node_run(tmp_path):
         (dict(sbatch=["--output=x.log"]), "the executor sets --output itself"),
         (dict(sbatch=["-n4"]), "the executor sets --ntasks itself (use --chips)"),
         (dict(sbatch=["mem=4G"]), "give sbatch options"),
+        (
+            dict(sbatch=["--partition=big"]),
+            "the executor sets --partition itself (use --partition)",
+        ),
+        (dict(sbatch=["-t", "60"]), "the executor sets --time itself (use --time_limit)"),
         (dict(max_queued=0), "--max_queued must be at least 1"),
         (dict(gpus_per_node=-1), "--gpus_per_node must be 0"),
     ],
@@ -295,6 +300,31 @@ def test_a_run_is_submitted_followed_to_its_end_and_logs_to_its_workdir(slurm, t
     assert f"Comment=lbtrain sweep={ex.runs_dir} run=first " in shown
     assert ex.slot_records() == {}
     assert ex.close(interrupted=False) == []
+
+
+def test_sbatch_variables_of_the_environment_do_not_override_the_jobs_options(
+    slurm, tmp_path, fake
+):
+    """sbatch ranks its SBATCH_* input variables above a script's #SBATCH lines: a site's (or a
+    user's) SBATCH_OUTPUT, SBATCH_PARTITION or SBATCH_NO_REQUEUE would send the log elsewhere, the
+    job to an unchecked partition, or stop its requeues. They are left out of sbatch's environment
+    for the options the script sets."""
+    elsewhere = tmp_path / "elsewhere.log"
+    env = {
+        **slurm.env,
+        "SBATCH_OUTPUT": str(elsewhere),
+        "SBATCH_PARTITION": "nowhere",
+        "SBATCH_NO_REQUEUE": "1",
+        "SBATCH_OPEN_MODE": "truncate",
+    }
+    ex = executor(slurm, tmp_path, fake, env=env, partition="debug")
+    job, workdir = start(ex, "first")
+    code, _ = follow(job, 30)
+    assert code == 0 and (workdir / "results.json").exists()
+    assert "fake: finished" in (workdir / "stdout.log").read_text() and not elsewhere.exists()
+    script = (workdir / "sbatch.sh").read_text()
+    kept = slurm_exec.sbatch_env({"SBATCH_ACCOUNT": "lab", "SBATCH_OUTPUT": "x"}, script)
+    assert kept == {"SBATCH_ACCOUNT": "lab"}  # an option the script leaves out keeps its default
 
 
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="two tasks need two CPUs")

@@ -97,9 +97,21 @@ OWNED = {
     "--no-requeue": "",
     "--signal": "--signal_margin",
     "--wrap": "",
+    # checked against the cluster by check(): given through their own flags
+    "--partition": "--partition",
+    "--account": "--account",
+    "--qos": "--qos",
+    "--constraint": "--constraint",
+    "--time": "--time_limit",
+    "--gres": "--gpus_per_node",
+    "--gpus-per-task": "--gpus_per_node",
 }
 SHORT = {"-a": "--array", "-D": "--chdir", "-G": "--gpus", "-J": "--job-name", "-N": "--nodes"}
-SHORT |= {"-n": "--ntasks", "-o": "--output"}
+SHORT |= {"-n": "--ntasks", "-o": "--output", "-p": "--partition", "-A": "--account", "-q": "--qos"}
+SHORT |= {"-C": "--constraint", "-t": "--time"}
+# sbatch's input environment variables of the options a job's script sets: each would override the
+# script's line (sbatch ranks them above it), so they are left out of sbatch's environment
+OVERRIDES = {"--time": "SBATCH_TIMELIMIT", "--requeue": "SBATCH_NO_REQUEUE"}
 SQUEUE_FIELDS = ("JobID", "State", "RestartCnt", "Reason", "NodeList", "Comment")
 
 _TIME = re.compile(r"^(?:(\d+)-(\d+)(?::(\d+)(?::(\d+))?)?|(\d+)(?::(\d+)(?::(\d+))?)?)$")
@@ -188,6 +200,22 @@ def job_env(env: dict[str, str]) -> dict[str, str]:
     the ``SLURM_*`` variables of an allocation it may run in (which ``srun`` inside the new job
     would take for its own), ``SLURM_CONF`` kept."""
     return {k: v for k, v in env.items() if not k.startswith("SLURM_") or k == "SLURM_CONF"}
+
+
+def sbatch_env(env: dict[str, str] | None, script: str) -> dict[str, str]:
+    """``env`` (default: this process') without the ``SBATCH_*`` variables that would override an
+    option of ``script`` (``SBATCH_OUTPUT`` over its ``--output``, ``SBATCH_PARTITION`` over the
+    ``--partition`` it names, ...): what the executor set is what the job gets. A site's defaults
+    for options the script leaves out (``SBATCH_ACCOUNT`` without ``--account``) stay."""
+    env = dict(os.environ if env is None else env)
+    for line in script.splitlines():
+        if line.startswith("#SBATCH --"):
+            option = line.split()[1].split("=", 1)[0]
+            name = OVERRIDES.get(option, "SBATCH_" + option[2:].upper().replace("-", "_"))
+            env.pop(name, None)
+            if option == "--requeue":
+                env.pop("SBATCH_REQUEUE", None)
+    return env
 
 
 @dataclasses.dataclass(frozen=True)
@@ -413,10 +441,9 @@ class SlurmExecutor:
         return self._run(argv, timeout).returncode
 
     def _run(self, argv: list[str], timeout: float = 120, **kw) -> subprocess.CompletedProcess:
+        kw.setdefault("env", self.env)
         try:
-            return subprocess.run(
-                argv, env=self.env, capture_output=True, text=True, timeout=timeout, **kw
-            )
+            return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, **kw)
         except subprocess.TimeoutExpired:
             return subprocess.CompletedProcess(argv, 124, "", f"no answer within {timeout:g} s")
         except OSError as e:
@@ -610,7 +637,9 @@ class SlurmExecutor:
         os.makedirs(os.path.dirname(output), exist_ok=True)
         rundir.write_bytes(runfiles.join(workdir, SCRIPT_NAME), script.encode())
         since = time.monotonic()
-        out = self._run(["sbatch", "--parsable", *self.sbatch], input=script)
+        out = self._run(
+            ["sbatch", "--parsable", *self.sbatch], input=script, env=sbatch_env(self.env, script)
+        )
         if out.returncode != 0:
             error = (out.stderr.strip().splitlines() or [f"exit {out.returncode}"])[-1]
             log = runfiles.join(workdir, runfiles.LOG_NAME)
@@ -772,7 +801,8 @@ def define_flags(flags) -> list:
             "time_limit",
             "",
             "slurm: each job's time limit, minutes or D-HH:MM:SS (default: the run's estimate x "
-            f"{TIME_FACTOR} + {TIME_EXTRA_MINUTES} min where step times are known, at most the "
+            f"{TIME_FACTOR} + --signal_margin + {TIME_EXTRA_MINUTES} min where step times are "
+            "known, at most the "
             "partition's MaxTime; else the partition's default). A run stopped by it requeues "
             "itself and resumes.",
         ),
