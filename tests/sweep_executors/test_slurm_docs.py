@@ -11,6 +11,7 @@ import sys
 
 import pytest
 from absl import flags
+from support.flag_values import Into
 
 from experiments import catalog
 from experiments.sweep import scheduler
@@ -90,24 +91,13 @@ def test_the_pages_commands_use_only_reproduce_pys_flags(defined):
 
 def test_every_flag_of_the_slurm_executor_is_on_the_page():
     values = flags.FlagValues()
-    holders = slurm_exec.define_flags(_Into(values))
+    holders = slurm_exec.define_flags(Into(values))
     text = page()
     missing = [h.name for h in holders if f"`--{h.name}" not in text]
     assert not missing, f"docs/slurm.md does not describe {missing}"
     # and it lists the sbatch options that --sbatch may not set
     missing = [o for o in slurm_exec.OWNED if f"`{o}`" not in text]
     assert not missing, f"docs/slurm.md does not name {missing} among the refused sbatch options"
-
-
-class _Into:
-    """absl's DEFINE_* functions, into one FlagValues (not the process's FLAGS)."""
-
-    def __init__(self, values):
-        self.values = values
-
-    def __getattr__(self, name):
-        define = getattr(flags, name)
-        return lambda *a, **kw: define(*a, flag_values=self.values, **kw)
 
 
 def shown_scripts(text: str) -> list[tuple[str, list[str]]]:
@@ -137,7 +127,7 @@ def generated(command: list[str], run_name: str) -> str:
         return given.get(name, [default])[-1]
 
     values = flags.FlagValues()
-    holders = slurm_exec.define_flags(_Into(values))
+    holders = slurm_exec.define_flags(Into(values))
     own = {h.name for h in holders}
     values(["reproduce", *(a for a in command if a[2:].partition("=")[0] in own)])
     assert one("executor") == "slurm", command

@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 from absl import flags
 from support import slurm_cluster
+from support.flag_values import Into
 
 from experiments.common import Run
 from experiments.sweep.executors import slurm as slurm_exec
@@ -231,20 +232,9 @@ def test_bad_flag_values_are_one_line(tmp_path, options, error):
     assert slurm_exec.parse_time("2:00:00") == 7200 and slurm_exec.parse_time("UNLIMITED") is None
 
 
-class _Into:
-    """absl's DEFINE_* functions, into one FlagValues (not the process's FLAGS)."""
-
-    def __init__(self, values):
-        self.values = values
-
-    def __getattr__(self, name):
-        define = getattr(flags, name)
-        return lambda *a, **kw: define(*a, flag_values=self.values, **kw)
-
-
 def test_flags_build_the_executor(tmp_path):
     values = flags.FlagValues()
-    holders = slurm_exec.define_flags(_Into(values))
+    holders = slurm_exec.define_flags(Into(values))
     assert all(values[h.name].help.startswith("slurm: ") for h in holders)
     values(
         [

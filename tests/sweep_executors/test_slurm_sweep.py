@@ -63,9 +63,13 @@ def untimed_page(path) -> str:
     return "\n".join(out)
 
 
-def environment(cluster, tmp_path) -> dict:
+def sweep_files(cluster, tmp_path):
+    """The experiment file, the runs and results folders, and the environment reproduce.py runs
+    in (the cluster's clients, the CPU)."""
+    exp = tmp_path / "queued.py"
+    exp.write_text(EXPERIMENT)
     env = {**cluster.env, "JAX_PLATFORMS": "cpu", "LBTRAIN_PROGRESS": "plain"}
-    return {**env, "TMPDIR": str(tmp_path)}
+    return exp, tmp_path / "runs", tmp_path / "results", {**env, "TMPDIR": str(tmp_path)}
 
 
 class ReleaseRequeued:
@@ -145,10 +149,7 @@ def submitted(cluster, run: str, since: int) -> set[str]:
 
 @pytest.mark.slow
 def test_requeued_and_time_limited_runs_resume_and_equal_the_local_executor(slurm, tmp_path):
-    exp = tmp_path / "queued.py"
-    exp.write_text(EXPERIMENT)
-    runs, results = tmp_path / "runs", tmp_path / "results"
-    env = environment(slurm, tmp_path)
+    exp, runs, results, env = sweep_files(slurm, tmp_path)
     since = jobcomp_size(slurm)
     release = ReleaseRequeued(slurm)
     try:
@@ -193,10 +194,7 @@ def test_requeued_and_time_limited_runs_resume_and_equal_the_local_executor(slur
 
 @pytest.mark.slow
 def test_a_killed_scheduler_is_adopted_and_submits_no_second_job(slurm, tmp_path):
-    exp = tmp_path / "queued.py"
-    exp.write_text(EXPERIMENT)
-    runs, results = tmp_path / "runs", tmp_path / "results"
-    env = environment(slurm, tmp_path)
+    exp, runs, results, env = sweep_files(slurm, tmp_path)
     only = ["--only=short"]
     since = jobcomp_size(slurm)
     first = reproduce_cli.start(exp, runs, results, *SLURM, *only, env=env, start_new_session=True)
@@ -219,10 +217,7 @@ def test_a_killed_scheduler_is_adopted_and_submits_no_second_job(slurm, tmp_path
 
 
 def test_bad_input_is_one_line_and_submits_nothing(slurm, tmp_path):
-    exp = tmp_path / "queued.py"
-    exp.write_text(EXPERIMENT)
-    runs, results = tmp_path / "runs", tmp_path / "results"
-    env = environment(slurm, tmp_path)
+    exp, runs, results, env = sweep_files(slurm, tmp_path)
     since = jobcomp_size(slurm)
     cases = {
         "--partition=gpu-a100": "gpu-a100",
