@@ -289,6 +289,24 @@ def _row(config, run: Run, kind: str, low: bool, devices: Devices, accelerator, 
     return dataclasses.replace(row, step_s=timed[0], chip_hours=hours, price=cost), size
 
 
+def run_hours(
+    exp: Experiment,
+    plan: Plan,
+    run: Run,
+    *,
+    accelerator: str,
+    devices: Devices,
+    step_times: StepTimes,
+) -> float | None:
+    """The wall-clock hours ``run`` trains (its updates x its step time; evaluation, compilation
+    and checkpoints aside), for any run of the plan or of its tuned column as it unfolds; None
+    without a step time for it."""
+    row, _ = _row(
+        run_config(exp, plan, run), run, "plan", True, devices, accelerator, step_times, None
+    )
+    return row.steps * row.step_s / 3600 if row.step_s else None
+
+
 def _total(rows: list[Row], price: float | None) -> Total:
     hours = sum(r.chip_hours or 0.0 for r in rows)
     return Total(

@@ -53,6 +53,7 @@ protocol every experiment follows: docs/reproduce.md.
 
 from __future__ import annotations
 
+import functools
 import os
 import shlex
 import sys
@@ -207,19 +208,20 @@ def make_executor(runs_dir: str, run_hours=None):
 
 
 def hours_per_run(exp, plan):
-    """Each run's estimated wall-clock hours (its updates x its step time), read from the plan's
-    estimate when step times are given; None for a run without one."""
+    """Each run's estimated wall-clock hours (its updates x its step time) when step times are
+    given, for the runs of the tuned column too as they unfold; None for a run without one."""
     if not _ACCELERATOR.value or not (_STEP_TIMES.value or os.path.isfile(_PROBE_CACHE.value)):
         return None
-    rows = {}
-
-    def hours(run):
-        if not rows:
-            rows.update({r.name: r for r in plan_cost(exp, plan).rows})
-        row = rows.get(run.name)
-        return row.steps * row.step_s / 3600 if row and row.step_s else None
-
-    return hours
+    cached = [_PROBE_CACHE.value] if os.path.isfile(_PROBE_CACHE.value) else []
+    try:
+        times = StepTimes.load(*_STEP_TIMES.value, *cached, accelerator=_ACCELERATOR.value)
+    except (OSError, ValueError) as e:
+        raise SystemExit(f"reproduce: --step_times: {e}") from None
+    chips = chips_per_run()
+    return functools.partial(
+        estimate.run_hours, exp, plan, accelerator=_ACCELERATOR.value, devices=chips,
+        step_times=times,
+    )  # fmt: skip
 
 
 def caller_path(value: str) -> str:
@@ -274,6 +276,7 @@ def main(argv):
         if any(skipped):
             print(NO_PLOTS, flush=True)
         return
+    executor_module()  # another executor's flag is refused on every path
     try:
         exp = catalog.load(_EXPERIMENT.value)
     except catalog.UnknownExperiment as e:

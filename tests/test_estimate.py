@@ -318,3 +318,25 @@ def test_full_plans_name_the_data_to_prepare_and_gnmts_one_time_build():
         build = json.load(f)["build"]
     text = estimate.render(estimate.estimate(gnmt.EXPERIMENT, gnmt.EXPERIMENT.full))
     assert f"built by the first run: {build['wall_s'] / 60:.1f} min" in text
+
+
+def test_a_runs_hours_for_the_slurm_time_limit_cover_the_tuned_runs_as_they_unfold():
+    """estimate.run_hours: a run's updates x its step time / 3600 on its own devices (not x its
+    chips), for a plan run and for a run the tuned column names only once it unfolds (a budget
+    run at twice the epochs, which the estimate's rows call by a placeholder)."""
+    exp = resnet50.EXPERIMENT
+    config = estimate.run_config(exp, exp.full, exp.full.runs[0])
+    times = step_times.StepTimes()
+    times.put(step_times.StepKey("TPU v4", step_times.workload(config), 512, "bfloat16"), 0.2)
+    hours = dict(accelerator="TPU v4", devices=lambda batch: batch // 512, step_times=times)
+    run = next(r for r in exp.full.runs if r.name == "b2048_legw_s0")
+    assert estimate.run_hours(exp, exp.full, run, **hours) == pytest.approx(56_250 * 0.2 / 3600)
+    # the same run at twice the epochs, as a budget run of the tuning is: twice the updates
+    epochs = int(estimate.run_config(exp, exp.full, run).num_epochs)
+    arg = tuning.set_arg(run.arg, "epochs", 2 * epochs)
+    longer = Run("b2048_legw_ep2x_s0", 2048, "legw", arg, role="budget")
+    assert estimate.run_hours(exp, exp.full, longer, **hours) == pytest.approx(
+        2 * 56_250 * 0.2 / 3600, rel=1e-3
+    )
+    untimed = {**hours, "step_times": step_times.StepTimes()}
+    assert estimate.run_hours(exp, exp.full, run, **untimed) is None

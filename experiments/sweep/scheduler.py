@@ -30,7 +30,7 @@ from collections.abc import Sequence
 from experiments import runfiles
 from experiments.common import Experiment, Plan, Run
 from experiments.sweep import state as sweep_state
-from experiments.sweep.executors.base import Event, Executor, Job, Slot
+from experiments.sweep.executors.base import Executor, Job, Slot
 from experiments.sweep.state import SweepState
 
 __all__ = ["Slot", "Sweep", "SweepError", "launch_order", "lbtrain_args", "pick", "unplaceable"]
@@ -219,18 +219,16 @@ class Sweep:
         self.state.slots = self.executor.slot_records()
         self.state.save()
 
-    def _record(self, name: str, event: Event) -> None:
-        """What the executor saw happen to a live run: counted in its record, saved, shown."""
-        self.state.run(name).add(event)
-        self._save()
-        self.live(name, event.text)
-
     def _events(self) -> None:
-        for name, (_, _, job) in list(self.running.items()):
-            for event in job.events():
-                self._record(name, event)
-        if self.executor.slot_records() != self.state.slots:
+        """What the executor saw happen to the live runs: counted in their records and saved at
+        once, with the executor's slot records (which may already reflect it), then shown."""
+        seen = [(n, e) for n, (_, _, job) in list(self.running.items()) for e in job.events()]
+        for name, event in seen:
+            self.state.run(name).add(event)
+        if seen or self.executor.slot_records() != self.state.slots:
             self._save()
+        for name, event in seen:
+            self.live(name, event.text)
 
     def check(self) -> None:
         """Refuse, in one line, what the executor cannot run (its own check), and a plan with a

@@ -221,6 +221,8 @@ def test_the_batch_script_of_a_multi_node_run(tmp_path):
             "the executor sets --partition itself (use --partition)",
         ),
         (dict(sbatch=["-t", "60"]), "the executor sets --time itself (use --time_limit)"),
+        (dict(sbatch=["--error=x.err"]), "the executor sets --error itself"),
+        (dict(sbatch=["-W"]), "the executor sets --wait itself"),
         (dict(max_queued=0), "--max_queued must be at least 1"),
         (dict(gpus_per_node=-1), "--gpus_per_node must be 0"),
     ],
@@ -292,9 +294,7 @@ def test_a_run_is_submitted_followed_to_its_end_and_logs_to_its_workdir(slurm, t
     assert ex.close(interrupted=False) == []
 
 
-def test_sbatch_variables_of_the_environment_do_not_override_the_jobs_options(
-    slurm, tmp_path, fake
-):
+def test_sbatch_and_squeue_variables_of_the_environment_change_nothing(slurm, tmp_path, fake):
     """sbatch ranks its SBATCH_* input variables above a script's #SBATCH lines: a site's (or a
     user's) SBATCH_OUTPUT, SBATCH_PARTITION or SBATCH_NO_REQUEUE would send the log elsewhere, the
     job to an unchecked partition, or stop its requeues. They are left out of sbatch's environment
@@ -307,8 +307,14 @@ def test_sbatch_variables_of_the_environment_do_not_override_the_jobs_options(
         "SBATCH_NO_REQUEUE": "1",
         "SBATCH_OPEN_MODE": "truncate",
     }
+    # and squeue's own defaults, which would hide the sweep's jobs from its reads: a live job
+    # taken for ended
+    env |= {"SQUEUE_PARTITION": "nowhere", "SQUEUE_NAMES": "other", "SQUEUE_STATES": "COMPLETED"}
     ex = executor(slurm, tmp_path, fake, env=env, partition="debug")
-    job, workdir = start(ex, "first")
+    job, workdir = start(ex, "first", NEVER)
+    wait_for(lambda: (workdir / "env.0.json").exists(), 30, "the job's start")
+    assert job.poll() is None and ex.rows(fresh=True)[job.job_id].state == "RUNNING"
+    (workdir / "release").touch()
     code, _ = follow(job, 30)
     assert code == 0 and (workdir / "results.json").exists()
     assert "fake: finished" in (workdir / "stdout.log").read_text() and not elsewhere.exists()

@@ -8,8 +8,7 @@
 
 What a module defines, and the :class:`~.base.Executor` and :class:`~.base.Job` protocols its
 executor implements, are in :mod:`.base`. Adding an executor is one module and one entry in
-:data:`REGISTRY`; the modules are imported when asked for, so one whose tools are missing (the TPU
-launcher outside a checkout) costs the others nothing.
+:data:`REGISTRY`.
 """
 
 from __future__ import annotations

@@ -105,10 +105,15 @@ OWNED = {
     "--time": "--time_limit",
     "--gres": "--gpus_per_node",
     "--gpus-per-task": "--gpus_per_node",
+    # what would take the log out of stdout.log, or make sbatch wait, hold or submit nothing
+    "--error": "",
+    "--wait": "",
+    "--hold": "",
+    "--test-only": "",
 }
 SHORT = {"-a": "--array", "-D": "--chdir", "-G": "--gpus", "-J": "--job-name", "-N": "--nodes"}
 SHORT |= {"-n": "--ntasks", "-o": "--output", "-p": "--partition", "-A": "--account", "-q": "--qos"}
-SHORT |= {"-C": "--constraint", "-t": "--time"}
+SHORT |= {"-C": "--constraint", "-t": "--time", "-e": "--error", "-W": "--wait", "-H": "--hold"}
 # sbatch's input environment variables of the options a job's script sets: each would override the
 # script's line (sbatch ranks them above it), so they are left out of sbatch's environment
 OVERRIDES = {"--time": "SBATCH_TIMELIMIT", "--requeue": "SBATCH_NO_REQUEUE"}
@@ -303,7 +308,8 @@ class SlurmJob:
             )
         if row.state == "RUNNING" and self.state != "RUNNING":
             out.append(Event(f"job {self.job_id} running on {row.nodes}"))
-        if row.state == "PENDING" and row.reason in STUCK and row.reason != self.reason:
+        held = row.state in ("REQUEUE_HOLD", "SPECIAL_EXIT")  # held after requeues: waits for good
+        if (row.state == "PENDING" and row.reason in STUCK or held) and row.reason != self.reason:
             out.append(
                 Event(
                     f"job {self.job_id} pending: {row.reason} (SLURM cannot start it as asked: "
@@ -466,6 +472,10 @@ class SlurmExecutor:
                 0
             ]
             raise ExecutorError(f"slurm: no SLURM controller answers (scontrol ping: {said})")
+        try:
+            rundir.check_writable(self.runs_dir)
+        except rundir.StorageError as e:
+            raise ExecutorError(f"--runs_dir: {e}") from None
         part = self._partition()
         self.max_seconds = part.max_seconds
         limit = parse_time(self.time_limit) if self.time_limit else None
@@ -670,7 +680,11 @@ class SlurmExecutor:
     def _read(self, began: float) -> None:
         fmt = ",".join(f"{field}:|" for field in SQUEUE_FIELDS)
         user = f"--user={pwd.getpwuid(os.getuid()).pw_name}"
-        out = self._run(["squeue", "--noheader", user, "--states=all", f"--Format={fmt}"], 60)
+        # without the user's SQUEUE_* defaults (a partition, names, states), which could hide a
+        # live job of the sweep, and it would be taken for ended
+        env = {k: v for k, v in self.env.items() if not k.startswith("SQUEUE_")}
+        argv = ["squeue", "--noheader", user, "--states=all", f"--Format={fmt}"]
+        out = self._run(argv, 60, env=env)
         if out.returncode != 0:
             self.error = (out.stderr.strip().splitlines() or [f"exit {out.returncode}"])[-1]
             return

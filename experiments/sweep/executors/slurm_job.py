@@ -202,10 +202,10 @@ def main(argv: list[str] | None = None) -> int:
                     f"no result after {restarts} requeue(s), the most --max_requeues allows: not "
                     "requeued (the next reproduce.py resumes it)"
                 )
+    if log:  # first: a requeue ends this process (SIGTERM, then SIGKILL after KillWait)
+        _copy_log(log, args.workdir)
     if requeue:
         _requeue(job_id)  # SLURM then sends this process a SIGTERM: it is already ending
-    if log:
-        _copy_log(log, args.workdir)
     return code
 
 
