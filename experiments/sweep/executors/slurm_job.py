@@ -83,6 +83,9 @@ def srun_command(program: list[str], env: dict) -> list[str]:
     return [*cmd, *program]
 
 
+RESEND = 10.0  # seconds between the stop requests to an srun step that has not yet stopped
+
+
 class _Attempt:
     """The program, started and followed until it exits, with the signals forwarded."""
 
@@ -126,10 +129,14 @@ class _Attempt:
             except subprocess.TimeoutExpired:
                 pass
             self._note()
-            # an srun step may not have started yet: try again each second until it is reached
-            if self.asked and not self.forwarded and time.monotonic() - last_try >= 1.0:
-                last_try = time.monotonic()
-                self.forwarded = self._forward()
+            # an srun step may not have started yet (scancel then succeeds and reaches nothing):
+            # try each second until scancel succeeds, then every RESEND seconds while the program
+            # runs (a repeated SIGTERM only asks lbtrain again for the stop it is making)
+            wait = RESEND if self.forwarded and self.srun else 1.0
+            if self.asked and (self.srun or not self.forwarded):
+                if time.monotonic() - last_try >= wait:
+                    last_try = time.monotonic()
+                    self.forwarded = self._forward() or self.forwarded
 
 
 def _copy_log(log: str, workdir: str) -> None:
