@@ -19,10 +19,12 @@ from __future__ import annotations
 import ast
 import dataclasses
 import os
+import sys
 import textwrap
 from pathlib import Path
 
 WIDTH = 100
+HELP_FLAGS = ("-h", "--help", "-help", "--helpshort", "-?")
 PACKAGE_DIR = Path(__file__).resolve().parent
 
 
@@ -217,3 +219,21 @@ def help_text(cwd: str | os.PathLike | None = None) -> str:
     for command, what in examples(prefix):
         out += [f"  # {what}", f"  {command}"]
     return "\n".join(out) + "\n"
+
+
+def run_script(main) -> None:
+    """``absl.app.run(main)`` for the repository's scripts (``scripts/*.py``), with their help
+    exiting 0: ``--help`` (any of :data:`HELP_FLAGS`) prints absl's usage (the script's docstring
+    and its own flags), ``--helpfull`` every flag; absl's own help exits 1."""
+    from absl import app
+
+    args = sys.argv[1:]
+    if "--" in args:
+        args = args[: args.index("--")]
+    if "--helpfull" in args:
+        app.usage(shorthelp=False, writeto_stdout=True)
+        sys.exit(0)
+    if any(a in HELP_FLAGS for a in args):
+        app.usage(shorthelp=True, writeto_stdout=True)
+        sys.exit(0)
+    app.run(main)

@@ -149,9 +149,6 @@ def main(argv: list[str]) -> None:
         loop.train_and_evaluate(_CONFIG.value, _WORKDIR.value)
 
 
-HELP_FLAGS = ("-h", "--help", "-help", "--helpshort", "-?")
-
-
 def run() -> None:
     """The console script: help, or parse the flags and run :func:`main`."""
     from lbtrain import cli_help
@@ -164,7 +161,7 @@ def run() -> None:
         text = f"{cli_help.help_text()}\nevery flag, absl's included:\n{flags.FLAGS.get_help()}\n"
         sys.stdout.write(text)
         sys.exit(0)
-    if any(a in HELP_FLAGS for a in args):
+    if any(a in cli_help.HELP_FLAGS for a in args):
         sys.stdout.write(cli_help.help_text())
         sys.exit(0)
     app.run(main, flags_parser=parse_flags)

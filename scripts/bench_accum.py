@@ -9,13 +9,12 @@ Prints the time per update for each split (interleaved rounds, median) and its r
 from __future__ import annotations
 
 import statistics
-import sys
 import time
 
 import jax
-from absl import app, flags
+from absl import flags
 
-from lbtrain import config_lib, setup
+from lbtrain import cli_help, config_lib, setup
 from lbtrain import data as data_lib
 
 _CONFIG = flags.DEFINE_string("config", "configs/ptb_lstm.py:size=small", "Config (file:arg).")
@@ -65,4 +64,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    sys.exit(app.run(main))
+    cli_help.run_script(main)

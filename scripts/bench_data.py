@@ -35,11 +35,13 @@ import resource
 import shutil
 import time
 
-from absl import app, flags
+from absl import flags
 
 # benchlib/ is beside this file: on sys.path when it runs
 from benchlib.report import provenance_header, run_phase, write_json
 from benchlib.synthetic_text import DE_LETTERS, EN_LETTERS, pair_generator, word_types
+
+from lbtrain import cli_help
 
 _PAIRS = flags.DEFINE_integer("pairs", 4_548_885, "Training pairs (WMT16 en-de has 4,548,885).")
 _EVAL_PAIRS = flags.DEFINE_integer("eval_pairs", 3_000, "Pairs of validation and of test.")
@@ -281,4 +283,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    app.run(main)
+    cli_help.run_script(main)

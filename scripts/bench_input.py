@@ -44,6 +44,8 @@ from absl import app, flags
 from benchlib import input_stages
 from benchlib.report import lscpu_model, write_json
 
+from lbtrain import cli_help
+
 _IMAGES = flags.DEFINE_integer("images", 256, "JPEGs in the folder (and timed per pass).")
 _LARGE = flags.DEFINE_float("large_share", 0.1, "Share of them at 1600x1067 (ImageNet's tail).")
 _QUALITY = flags.DEFINE_integer("quality", 95, "JPEG quality of the written files.")
@@ -353,4 +355,4 @@ def _image_versions() -> dict:
 
 
 if __name__ == "__main__":
-    app.run(main)
+    cli_help.run_script(main)

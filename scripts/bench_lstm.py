@@ -21,9 +21,7 @@ device its step runs on); a row's fraction of the peak is against the peak in it
 
 from __future__ import annotations
 
-import sys
-
-from absl import app, flags
+from absl import flags
 
 # The parts live in benchlib/, beside this file (on sys.path when it runs). Importing them starts
 # no JAX backend: host_malloc can still be set.
@@ -31,6 +29,8 @@ from benchlib import loop_mode, report, step_mode
 from benchlib.loop_columns import with_batch
 from benchlib.lstm_steps import SIZES
 from benchlib.profiling import measure_matmul_peak, profile_lbtrain
+
+from lbtrain import cli_help
 
 _SIZES = flags.DEFINE_list(
     "sizes", ["small", "medium"], "PTB sizes: small (2x200, T=20), medium (2x650, T=35)."
@@ -193,4 +193,4 @@ def main_loop():
 
 
 if __name__ == "__main__":
-    sys.exit(app.run(main))
+    cli_help.run_script(main)

@@ -38,11 +38,13 @@ import tarfile
 import tempfile
 import time
 
-from absl import app, flags
+from absl import flags
 
 # benchlib/ is beside this file: on sys.path when it runs
 from benchlib.report import provenance_header, run_phase, write_json
 from benchlib.synthetic_text import DE_LETTERS, EN_LETTERS, pair_generator, word_types
+
+from lbtrain import cli_help
 
 _DATASETS = flags.DEFINE_list("datasets", ["mnist", "ptb", "wmt16"], "Which to prepare.")
 _PAIRS = flags.DEFINE_integer("pairs", 4_548_885, "WMT16 training pairs (official: 4,548,885).")
@@ -273,4 +275,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    app.run(main)
+    cli_help.run_script(main)

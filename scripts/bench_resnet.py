@@ -22,10 +22,12 @@ import json
 import os
 import statistics
 
-from absl import app, flags
+from absl import flags
 
 # benchlib/ is beside this file: on sys.path when it runs
 from benchlib.profiling import measure_matmul_peak, time_per_call
+
+from lbtrain import cli_help
 
 _DEPTH = flags.DEFINE_integer("depth", 50, "ResNet depth (18, 34, 50, 101, 152).")
 _SIZE = flags.DEFINE_integer("image_size", 224, "Square input size.")
@@ -150,4 +152,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    app.run(main)
+    cli_help.run_script(main)

@@ -21,7 +21,9 @@ from __future__ import annotations
 
 import os
 
-from absl import app, flags
+from absl import flags
+
+from lbtrain import cli_help
 
 _CONFIG = flags.DEFINE_string(
     "config", None, "Config spec, e.g. configs/mnist_lstm.py:batch=256.", required=True
@@ -110,4 +112,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    app.run(main)
+    cli_help.run_script(main)

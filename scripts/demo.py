@@ -10,11 +10,10 @@ side by side with the derived peak LR and warmup.
 from __future__ import annotations
 
 import os
-import sys
 
-from absl import app, flags
+from absl import flags
 
-from lbtrain import config_lib, loop
+from lbtrain import cli_help, config_lib, loop
 from lbtrain.logs import quiet_library_logs
 
 _SCHEMES = flags.DEFINE_list(
@@ -69,4 +68,4 @@ def main(argv) -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(app.run(main))
+    cli_help.run_script(main)

@@ -58,12 +58,13 @@ import os
 import shlex
 import sys
 
-from absl import app, flags
+from absl import flags
 
 from experiments import catalog, estimate, probe, report, runfiles
 from experiments.step_times import StepTimes
 from experiments.sweep import executors, scheduler
 from experiments.sweep.executors.base import ROOT, Context, ExecutorError
+from lbtrain import cli_help
 
 _EXPERIMENT = flags.DEFINE_string(
     "experiment",
@@ -421,4 +422,4 @@ if __name__ == "__main__":
     refuse_old_flags(sys.argv)
     # both spellings
     sys.argv = [a.replace("--print-commands", "--print_commands", 1) for a in sys.argv]
-    app.run(main)
+    cli_help.run_script(main)

@@ -1,6 +1,8 @@
 """``lbtrain --help``: exit codes, the flags, every config in configs/ with every key its arg
-accepts, examples that load; and it stays fast (no JAX import)."""
+accepts, examples that load; and it stays fast (no JAX import). Every script's ``--help`` exits
+0 too."""
 
+import ast
 import os
 import re
 import shlex
@@ -151,3 +153,39 @@ def test_help_is_quick_and_imports_no_jax():
         timeout=60,
     )
     assert proc.stderr.strip().endswith("NOJAX"), proc.stderr
+
+
+ALL_SCRIPTS = sorted(n for n in os.listdir(os.path.join(ROOT, "scripts")) if n.endswith(".py"))
+SCRIPTS = [  # the absl ones
+    n
+    for n in ALL_SCRIPTS
+    if "cli_help.run_script(main)" in open(os.path.join(ROOT, "scripts", n)).read()
+]
+
+
+def test_every_absl_script_runs_through_the_help_that_exits_0():
+    """No script of scripts/ calls absl's app.run itself (whose --help exits 1)."""
+    for name in os.listdir(os.path.join(ROOT, "scripts")):
+        if name.endswith(".py"):
+            text = open(os.path.join(ROOT, "scripts", name)).read()
+            assert "app.run(" not in text, name
+    assert "reproduce.py" in SCRIPTS and "demo.py" in SCRIPTS
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "script, flag",
+    # absl's own --helpfull (every flag) on the one whose flags come from other modules too
+    [(s, "--help") for s in ALL_SCRIPTS] + [("reproduce.py", "--helpfull")],
+)
+def test_a_scripts_help_exits_0_with_its_docstring_and_flags(script, flag):
+    path = os.path.join(ROOT, "scripts", script)
+    proc = subprocess.run(
+        [sys.executable, path, flag], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    if script in SCRIPTS:  # absl's usage: the module's docstring, then its flags
+        first = ast.get_docstring(ast.parse(open(path).read())).splitlines()[0]
+        assert first in proc.stdout and "flags:" in proc.stdout
+    else:
+        assert proc.stdout.startswith("usage: ")
