@@ -37,6 +37,13 @@ def join(root: str, *parts: str) -> str:
     return str(rundir.path(root).joinpath(*parts))
 
 
+def append_log(run_dir: str, data: bytes) -> None:
+    """``data`` added at the end of the run's ``stdout.log`` (local or ``gs://``, where an object
+    is rewritten whole): how every executor keeps a run's output beside its files."""
+    target = join(run_dir, LOG_NAME)
+    rundir.write_bytes(target, (rundir.read_bytes(target) or b"") + data)
+
+
 def outcome(run_dir: str) -> Outcome | None:
     """What the run in ``run_dir`` came to: finished, failed (diverged), or None (not yet)."""
     p = rundir.path(run_dir)

@@ -213,15 +213,9 @@ def hours_per_run(exp, plan):
     given, for the runs of the tuned column too as they unfold; None for a run without one."""
     if not _ACCELERATOR.value or not (_STEP_TIMES.value or os.path.isfile(_PROBE_CACHE.value)):
         return None
-    cached = [_PROBE_CACHE.value] if os.path.isfile(_PROBE_CACHE.value) else []
-    try:
-        times = StepTimes.load(*_STEP_TIMES.value, *cached, accelerator=_ACCELERATOR.value)
-    except (OSError, ValueError) as e:
-        raise SystemExit(f"reproduce: --step_times: {e}") from None
-    chips = chips_per_run()
     return functools.partial(
-        estimate.run_hours, exp, plan, accelerator=_ACCELERATOR.value, devices=chips,
-        step_times=times,
+        estimate.run_hours, exp, plan, accelerator=_ACCELERATOR.value, devices=chips_per_run(),
+        step_times=step_times(),
     )  # fmt: skip
 
 
@@ -245,20 +239,23 @@ def chips_per_run():
     return executor_module().chips(context(""))
 
 
-def plan_cost(exp, plan):
-    """The plan's estimate from the flags (experiments/estimate.py)."""
-    chips = chips_per_run()
+def step_times() -> StepTimes:
+    """The step times of --step_times and the probe cache, for --accelerator."""
     cached = [_PROBE_CACHE.value] if os.path.isfile(_PROBE_CACHE.value) else []
     try:
-        times = StepTimes.load(*_STEP_TIMES.value, *cached, accelerator=_ACCELERATOR.value or None)
+        return StepTimes.load(*_STEP_TIMES.value, *cached, accelerator=_ACCELERATOR.value or None)
     except (OSError, ValueError) as e:
         raise SystemExit(f"reproduce: --step_times: {e}") from None
+
+
+def plan_cost(exp, plan):
+    """The plan's estimate from the flags (experiments/estimate.py)."""
     return estimate.estimate(
         exp,
         plan,
         accelerator=_ACCELERATOR.value or None,
-        devices=chips,
-        step_times=times,
+        devices=chips_per_run(),
+        step_times=step_times(),
         price_per_chip_hour=_PRICE.value,
     )
 

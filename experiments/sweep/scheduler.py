@@ -233,9 +233,10 @@ class Sweep:
     def check(self) -> None:
         """Refuse, in one line, what the executor cannot run (its own check), and a plan with a
         run that no slot can take."""
-        self.executor.check(self.known())
+        known = self.known()
+        self.executor.check(known)
         self.checked = True
-        lost = unplaceable(self.known(), self.executor.slots())
+        lost = unplaceable(known, self.executor.slots())
         if lost:
             sizes = ", ".join(f"{s.name} ({s.devices} devices)" for s in self.executor.slots())
             names = ", ".join(f"{r.name} (batch {r.batch})" for r in lost)

@@ -85,9 +85,8 @@ class _Process:
     def poll(self) -> int | None:
         code = self.proc.poll()
         if code is not None and rundir.is_cloud(self.workdir) and self.log_path:
-            target = runfiles.join(self.workdir, runfiles.LOG_NAME)
             with open(self.log_path, "rb") as f:
-                rundir.write_bytes(target, (rundir.read_bytes(target) or b"") + f.read())
+                runfiles.append_log(self.workdir, f.read())
             os.remove(self.log_path)
             self.log_path = ""
         return code

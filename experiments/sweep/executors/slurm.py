@@ -323,8 +323,10 @@ class SlurmJob:
         if not self.ex.cancel_on_interrupt:
             self.ex.left.append(self)
             return False
-        self.ex.stopping = True  # follow the stop more closely than every poll_seconds
-        row = self.ex.rows(fresh=True).get(self.job_id)
+        if not self.ex.stopping:  # the first job stopped: the queue as it is now
+            self.ex.stopping = True  # (then read at least every second: rows())
+            self.ex.rows(fresh=True)
+        row = self.ex.rows().get(self.job_id)
         if row is None or row.state in FINAL:
             return True
         signalled = False
@@ -652,9 +654,8 @@ class SlurmExecutor:
         )
         if out.returncode != 0:
             error = (out.stderr.strip().splitlines() or [f"exit {out.returncode}"])[-1]
-            log = runfiles.join(workdir, runfiles.LOG_NAME)
-            line = f"sbatch refused the job of run {run.name}: {error}\n".encode()
-            rundir.write_bytes(log, (rundir.read_bytes(log) or b"") + line)
+            line = f"sbatch refused the job of run {run.name}: {error}\n"
+            runfiles.append_log(workdir, line.encode())
             return _Refused(error)
         job_id = out.stdout.strip().split(";")[0]
         sh = self.shape(run)

@@ -142,7 +142,6 @@ class _Attempt:
 def _copy_log(log: str, workdir: str) -> None:
     """What ``log`` gained since the last copy, appended to the workdir's ``stdout.log``."""
     from experiments import runfiles
-    from lbtrain import rundir
 
     mark = log + ".copied"
     try:
@@ -158,8 +157,7 @@ def _copy_log(log: str, workdir: str) -> None:
         say(f"cannot read the job's log {log}: {e}")
         return
     if new:
-        target = runfiles.join(workdir, runfiles.LOG_NAME)
-        rundir.write_bytes(target, (rundir.read_bytes(target) or b"") + new)
+        runfiles.append_log(workdir, new)
     with open(mark, "w") as f:
         f.write(str(offset + len(new)))
 

@@ -177,9 +177,7 @@ class _Attempts:
         worker0 = os.path.join(logs, "worker-0.log")
         source = worker0 if os.path.isfile(worker0) else os.path.join(logs, "launcher.log")
         with open(source, "rb") as f:
-            text = f.read()
-        target = runfiles.join(self.workdir, runfiles.LOG_NAME)
-        rundir.write_bytes(target, (rundir.read_bytes(target) or b"") + text)
+            runfiles.append_log(self.workdir, f.read())
 
 
 class TpuExecutor:
