@@ -23,7 +23,7 @@ test: venv
 
 # The fast part of the suite: the optax library, the configs, --help, the progress line and the README's quick
 # blocks (`pytest -m "not slow" tests` is everything but the end-to-end runs, and takes most of `make test`).
-QUICK_TESTS := tests/optim tests/test_config.py tests/test_help.py tests/test_progress.py tests/test_readme.py
+QUICK_TESTS := tests/optim tests/engine/test_config.py tests/engine/test_help.py tests/engine/test_progress.py tests/docs/test_readme.py
 test-quick: venv
 	$(BIN)/python -m pytest -q -m "not slow" $(QUICK_TESTS)
 

@@ -9,8 +9,8 @@ LEGW / linear / sqrt scale it to other batch sizes (paper: x16 with no loss). Th
 reduced as both sources reduce it (``loss_reduction="sequence"``): cross-entropy summed over each
 sentence's target tokens, averaged over the sentences; the clip at 5 acts on that loss's gradient
 (Adam itself is almost invariant to the loss scale). The logged train ``loss`` is per sentence,
-``loss_per_token`` per token; eval loss/perplexity are per token. ``tests/test_recipes.py`` checks
-the first updates against that formula.
+``loss_per_token`` per token; eval loss/perplexity are per token.
+``tests/experiments/test_recipes.py`` checks the first updates against that formula.
 
 Local (offline; the numbers task, tiny model, ~1 min):
   lbtrain --config=configs/gnmt.py:runlocal=True --workdir=/tmp/gnmt_numbers

@@ -4,11 +4,11 @@ Base recipe per size (the TF PTB tutorial, in its own units): plain SGD at lr 1.
 global-norm clipping at 5 (large: 10) of the gradient of the loss *summed over the T steps of a
 window and averaged over the batch* (``loss_reduction="sequence"``; the gradient is T times the
 per-token mean's), uniform init, per-epoch step decay; LEGW / linear / sqrt scale it to other batch
-sizes (base batch 20, x64 = 1280). ``tests/test_recipes.py`` checks the first update at lr 1.0
-against the tutorial's formula. The reference recipe has no warmup; the base warmup here is 1/16
-epoch (so LEGW's warmup is 4 epochs at x64: the same 1/16 epoch of updates at every batch size). The
-logged train ``loss`` is per window (sum over T), ``loss_per_token`` is per token; eval loss and
-perplexity are always per token.
+sizes (base batch 20, x64 = 1280). ``tests/experiments/test_recipes.py`` checks the first update at
+lr 1.0 against the tutorial's formula. The reference recipe has no warmup; the base warmup here is
+1/16 epoch (so LEGW's warmup is 4 epochs at x64: the same 1/16 epoch of updates at every batch
+size). The logged train ``loss`` is per window (sum over T), ``loss_per_token`` is per token; eval
+loss and perplexity are always per token.
 
 Local (offline KJV corpus, tiny model, ~1 min on 2 CPU cores):
   lbtrain --config=configs/ptb_lstm.py:runlocal=True --workdir=/tmp/ptb_local

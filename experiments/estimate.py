@@ -20,7 +20,7 @@ import numpy as np
 from absl import flags
 from ml_collections import ConfigDict, config_flags
 
-from experiments import tuning
+from experiments import ROOT, tuning
 from experiments.common import Experiment, Plan, Run
 from experiments.step_times import StepKey, StepTimes, workload
 from lbtrain import config_lib, optim, setup
@@ -29,8 +29,6 @@ from lbtrain.data import batching, images, prepare
 from lbtrain.data.prepare import sources
 from lbtrain.data.streams import StreamBatches
 from lbtrain.errors import LbtrainError
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 @dataclasses.dataclass(frozen=True)

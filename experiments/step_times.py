@@ -12,9 +12,8 @@ from typing import NamedTuple
 
 from ml_collections import ConfigDict
 
+from experiments import ROOT
 from lbtrain import config_lib
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def workload(config: ConfigDict) -> str:

@@ -60,10 +60,10 @@ import sys
 
 from absl import flags
 
-from experiments import catalog, estimate, probe, report, runfiles
+from experiments import ROOT, catalog, estimate, probe, report, runfiles
 from experiments.step_times import StepTimes
 from experiments.sweep import executors, scheduler
-from experiments.sweep.executors.base import ROOT, Context, ExecutorError
+from experiments.sweep.executors.base import Context, ExecutorError
 from lbtrain import cli_help
 
 _EXPERIMENT = flags.DEFINE_string(

@@ -1,17 +1,13 @@
 """Shared fixtures: ``gcs`` = a real GCS emulator process on 127.0.0.1 (see
-tests/gcs_emulator.py)."""
+tests/support/gcs_emulator.py)."""
 
 import dataclasses
 import os
-import sys
 
-# scripts/'s packages (benchlib, tpulaunch), as a script of that folder finds them when it runs
-sys.path.insert(
-    0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "scripts")
+import pytest
+from support import (
+    gcs_emulator,  # tests/ is on sys.path: pytest inserts a rootdir conftest's folder
 )
-
-import gcs_emulator  # noqa: E402  tests/ is on sys.path: pytest inserts a rootdir conftest.py's folder
-import pytest  # noqa: E402
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -11,10 +11,9 @@ import numpy as np
 import pytest
 from support.translation_data import numbers_keys
 
+from experiments import ROOT
 from lbtrain.data import DataError, parallel_text, subword, token_cache, translation
 from lbtrain.data.wmt16_folder import write_wmt16_folder
-
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def numbers(cache_dir, **kw) -> dict:

@@ -1,9 +1,9 @@
 """lars / lamb / scale_by_trust_ratio inside optax's combinators, Flax's optimizers and an Orbax
 checkpoint.
 
-Each expectation is either the float64 TF-LARS / LAMB reference of numpy_reference.py applied by
-hand to what the combinator promises (clipped, masked, averaged, skipped updates, scheduled
-hyper-parameters), or the same transform run on plain dicts.
+Each expectation is either the float64 TF-LARS / LAMB reference of support/numpy_reference.py
+applied by hand to what the combinator promises (clipped, masked, averaged, skipped updates,
+scheduled hyper-parameters), or the same transform run on plain dicts.
 """
 
 import jax
@@ -11,7 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
-from numpy_reference import lamb_step, tf_lars_step
+from support.numpy_reference import lamb_step, tf_lars_step
 
 from lbtrain import optim
 

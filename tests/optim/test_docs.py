@@ -5,7 +5,9 @@ import re
 
 import pytest
 
-DOC = pathlib.Path(__file__).resolve().parents[2] / "docs" / "optim.md"
+from experiments import ROOT
+
+DOC = pathlib.Path(ROOT) / "docs" / "optim.md"
 EXAMPLES = re.findall(r"```python\n(.*?)```", DOC.read_text(), re.DOTALL)
 # what each example is about (a phrase of its code) and the start of the last line it prints
 EXPECTED = {

@@ -1,12 +1,12 @@
 """LARS / LAMB / trust-ratio updates against float64 references written independently
-(numpy_reference.py)."""
+(support/numpy_reference.py)."""
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
-from numpy_reference import lamb_step, tf_lars_step
+from support.numpy_reference import lamb_step, tf_lars_step
 
 from lbtrain.optim import lamb, lars, param_mask, scale_by_trust_ratio
 

@@ -11,7 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
-from numpy_reference import tf_lars_step
+from support.numpy_reference import tf_lars_step
 
 from lbtrain.optim import lamb, lars, scale_by_trust_ratio
 

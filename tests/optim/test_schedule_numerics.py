@@ -7,7 +7,7 @@ import math
 import jax
 import numpy as np
 import pytest
-from numpy_reference import first_update_at, schedule_value
+from support.numpy_reference import first_update_at, schedule_value
 
 from lbtrain import optim
 

@@ -5,7 +5,7 @@ from fractions import Fraction
 import jax
 import numpy as np
 import pytest
-from numpy_reference import first_update_at, schedule_value
+from support.numpy_reference import first_update_at, schedule_value
 
 from lbtrain.optim import (
     epochs_to_steps,

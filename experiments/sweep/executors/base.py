@@ -17,15 +17,11 @@ in :data:`experiments.sweep.executors.REGISTRY`.
 from __future__ import annotations
 
 import dataclasses
-import os
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
 from experiments.common import Run
 from experiments.sweep.state import RunRecord, SweepState
-
-# the repository's root: runs start there (their configs are named relative to it)
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 
 class ExecutorError(Exception):

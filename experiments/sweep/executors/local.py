@@ -20,8 +20,8 @@ import tempfile
 
 from absl.flags import FLAGS
 
-from experiments import runfiles
-from experiments.sweep.executors.base import ROOT, Context, Event, ExecutorError, Slot
+from experiments import ROOT, runfiles
+from experiments.sweep.executors.base import Context, Event, ExecutorError, Slot
 from experiments.sweep.state import SweepState
 from lbtrain import rundir
 

@@ -47,9 +47,9 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 
-from experiments import runfiles
+from experiments import ROOT, runfiles
 from experiments.common import Run
-from experiments.sweep.executors.base import ROOT, Context, Event, ExecutorError, Slot
+from experiments.sweep.executors.base import Context, Event, ExecutorError, Slot
 from experiments.sweep.state import SweepState
 from lbtrain import rundir
 

@@ -30,8 +30,8 @@ import time
 
 from absl.flags import FLAGS
 
-from experiments import runfiles
-from experiments.sweep.executors.base import ROOT, Context, Event, ExecutorError, Slot
+from experiments import ROOT, runfiles
+from experiments.sweep.executors.base import Context, Event, ExecutorError, Slot
 from lbtrain import rundir
 
 # the launcher and its accelerator table live in the checkout's scripts/ (not installed): this

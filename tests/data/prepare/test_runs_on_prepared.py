@@ -11,9 +11,8 @@ import sys
 import pytest
 from support import data_replicas
 
+from experiments import ROOT
 from lbtrain.data.prepare import cli
-
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 
 def lbtrain(workdir, *args, env=None):

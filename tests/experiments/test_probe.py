@@ -1,0 +1,88 @@
+"""experiments/probe.py and ``reproduce.py --estimate --probe``: a probe is the plan's run cut to
+about 60 updates, its step time is read from its logged rows with the compiling row left out, and
+the time lands in the cache under the estimate's key, where the next estimate finds it."""
+
+import json
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from experiments import ROOT, estimate, mnist_lstm, probe
+from experiments.step_times import StepTimes
+
+
+def test_the_step_time_leaves_the_compiling_row_out():
+    rows = [
+        {"step": 10, "kind": "train", "train_time_s": 9.0},  # includes the compile
+        {"step": 10, "kind": "eval", "train_time_s": 9.0},
+        {"step": 20, "kind": "train", "train_time_s": 9.5},
+        {"step": 60, "kind": "train", "train_time_s": 11.5},
+    ]
+    assert probe.step_time(rows) == pytest.approx((11.5 - 9.0) / (60 - 10))
+    assert probe.step_time(rows[:1]) is None
+
+
+def test_each_missing_key_is_probed_once_by_a_run_cut_to_about_60_updates():
+    exp = mnist_lstm.EXPERIMENT
+    est = estimate.estimate(exp, exp.full, accelerator="cpu", devices=1, step_times=StepTimes())
+    pairs = probe.probe_runs(exp, exp.full, est)
+    keys = [k for _, k in pairs]
+    assert len(keys) == len(set(keys)) == len(est.missing)  # one probe per missing key
+    rows = {r.name: r for r in est.rows}
+    for run, key in pairs:
+        row = rows[run.name.removeprefix("probe_")]
+        assert row.key == key
+        epochs = float(run.overrides[-5].split("=")[1])
+        assert round(epochs * row.steps_per_epoch) == probe.STEPS  # 60 updates
+        assert "--config.optim.schedule.warmup_epochs=0" in run.overrides
+
+
+EXPERIMENT = textwrap.dedent(
+    """
+    from experiments.common import Experiment, Plan, Run
+
+    EXPERIMENT = Experiment(
+        name="probed", config="configs/mnist_lstm.py", metric="accuracy", split="eval",
+        direction="max", claim="none", tolerance=0.05, full=Plan((), "none"),
+        local=Plan((Run("b32", 32, "legw", "batch=32,runlocal=True", role="base"),), "runlocal"),
+    )
+    """
+)
+
+
+@pytest.mark.slow
+def test_probe_measures_caches_and_the_next_estimate_reads_the_cache(tmp_path):
+    exp = tmp_path / "probed.py"
+    exp.write_text(EXPERIMENT)
+    cache = tmp_path / "cache.json"
+    cmd = [
+        sys.executable,
+        "scripts/reproduce.py",
+        f"--experiment={exp}",
+        "--plan=local",
+        "--estimate",
+        "--accelerator=cpu",
+        "--chips=1",
+        f"--runs_dir={tmp_path / 'runs'}",
+        f"--probe_cache={cache}",
+    ]
+    first = subprocess.run([*cmd, "--probe"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert first.returncode == 0, first.stdout + first.stderr
+    (entry,) = json.loads(cache.read_text())["entries"]
+    metrics = [
+        json.loads(x) for x in open(tmp_path / "runs" / "probes" / "probe_b32" / "metrics.jsonl")
+    ]
+    assert entry["step_s"] == pytest.approx(probe.step_time(metrics))
+    assert (entry["accelerator"], entry["per_device_batch"]) == ("cpu", 32)
+    assert max(r["step"] for r in metrics) == probe.STEPS  # cut to 60 updates
+    assert f"probe_b32: {entry['step_s'] * 1e3:.4g} ms an update" in first.stdout
+    # the plan's run: 250 updates (4,000 digits / 32 x 2 epochs) at that step time
+    hours = 250 * entry["step_s"] / 3600
+    second = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert second.returncode == 0 and "probe_b32" not in second.stdout.replace(
+        "probe probe_b32", ""
+    )
+    assert "step times from probe probe_b32 on cpu" in second.stdout
+    assert f"{hours:.3g} chip-h" in second.stdout

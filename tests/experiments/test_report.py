@@ -1,0 +1,194 @@
+"""experiments/report.py on hand-made per-run files: the target from the base runs, steps to target,
+mean +- standard error over seeds, diverged runs, the noise-scale ratio, and byte-identical
+re-rendering."""
+
+import json
+import math
+import os
+import statistics
+
+from support.fake_runs import fake_experiment, fake_run
+
+from experiments import report, report_numbers, report_page
+from experiments.common import Experiment, Plan, sweep
+
+
+def experiment():
+    local = Plan(
+        sweep(
+            10,
+            (1, 4),
+            ("legw", "linear"),
+            seeds=(0, 1),
+            base_lr=0.1,
+            sensitivity=(),
+            noise_overrides=(),
+        ),
+        "fake",
+    )
+    return fake_experiment(local)
+
+
+def test_targets_steps_seeds_divergence_and_noise(tmp_path):
+    fake_run(tmp_path, "b10_base_s0", [0.5, 0.8, 0.9, 0.92, 0.91], 10)
+    fake_run(tmp_path, "b10_base_s1", [0.6, 0.85, 0.94, 0.93, 0.93], 10)
+    fake_run(tmp_path, "b40_legw_s0", [0.7, 0.91, 0.92, 0.9, 0.95], 40)
+    fake_run(tmp_path, "b40_legw_s1", [0.4, 0.5, 0.6, 0.7, 0.8], 40)
+    fake_run(
+        tmp_path,
+        "b40_linear_s0",
+        [0.3],
+        40,
+        failure="lbtrain: error: non-finite loss (x) at step 3",
+    )
+    fake_run(tmp_path, "b40_linear_s1", [0.2, 0.3, 0.4, 0.5, 0.6], 40)
+    # B_simple: trace / |G|^2 = 20 in every window, so the batch of 40 is 2x it and the base 0.5x
+    fake_run(tmp_path, "b10_noise", [0.5], 10, noise=[(1.0, 20.0)] * 20)
+
+    exp = experiment()
+    s = report_numbers.summarize(exp, exp.local, str(tmp_path), local=True)
+    target = (0.92 + 0.94) / 2 - 0.02  # the base runs' mean best, within the tolerance
+    assert math.isclose(s["target"], target)
+    rows = {r["run"]: r for r in s["rows"]}
+    assert (
+        rows["b10_base_s0"]["steps_to_target"] == 40
+        and rows["b10_base_s1"]["steps_to_target"] == 30
+    )
+    assert (
+        rows["b40_legw_s0"]["steps_to_target"] == 20
+        and rows["b40_legw_s1"]["steps_to_target"] is None
+    )
+    assert rows["b40_linear_s0"]["stopped"] and rows["b40_linear_s0"]["status"].startswith(
+        "stopped: non-finite"
+    )
+    assert [n["b_simple"] for n in s["noise"]] == [20.0, 20.0, 20.0]
+
+    agg = report_numbers.cells(exp, s["rows"])
+    legw = agg[(40, "legw")]
+    assert math.isclose(legw["final"], (0.95 + 0.8) / 2)
+    assert math.isclose(legw["final_se"], statistics.stdev([0.95, 0.8]) / math.sqrt(2))
+    assert legw["reached"] == 1 and legw["steps_to_target"] == 20
+    linear = agg[(40, "linear")]
+    assert linear["stopped"] == 1 and linear["final"] == 0.6 and linear["reached"] == 0
+
+    out = str(tmp_path / "fake_local")
+    report.render(
+        exp, True, str(tmp_path), out, "python scripts/reproduce.py --experiment=fake --plan=local"
+    )
+    md = open(out + ".md").read()
+    assert f"Target: accuracy >= {target:.4g}" in md
+    assert "(35 steps, x1, 2/2)" in md  # the base: the mean of 40 and 30
+    # 35 / 20
+    assert (
+        f"| 40 | 4 | {legw['final']:.4g} +- {legw['final_se']:.2g} (20 steps, x1.8, 1/2) | " in md
+    )
+    # batch / B_simple = 40 / 20 in each window
+    assert "0.6 (target 0/2, diverged 1/2) | 2 | 2 | 2 |" in md
+    first = {
+        p: open(os.path.join(tmp_path, p), "rb").read()
+        for p in os.listdir(tmp_path)
+        if p.startswith("fake")
+    }
+    report.render(
+        exp, True, str(tmp_path), out, "python scripts/reproduce.py --experiment=fake --plan=local"
+    )
+    assert {p: open(os.path.join(tmp_path, p), "rb").read() for p in first} == first
+
+
+def test_side_seeds_run_the_claim_and_base_on_every_seed_and_say_so(tmp_path):
+    runs = sweep(
+        10,
+        (1, 4),
+        ("legw", "linear", "sqrt"),
+        seeds=(0, 1, 2),
+        side_seeds=(0,),
+        base_lr=0.1,
+        sensitivity=(2.0,),
+        noise_overrides=None,
+    )
+    names = [r.name for r in runs]
+    assert names == [
+        "b10_base_s0",
+        "b10_base_s1",
+        "b10_base_s2",
+        "b40_legw_s0",
+        "b40_legw_s1",
+        "b40_legw_s2",
+        "b40_linear_s0",
+        "b40_sqrt_s0",
+        "b40_legw_lr2_s0",
+    ]
+    assert next(r for r in runs if r.name == "b40_legw_s2").overrides[-1] == "--config.seed=2"
+
+    for name in ("b10_base_s0", "b10_base_s1", "b10_base_s2"):
+        fake_run(tmp_path, name, [0.5, 0.9], 10)
+    fake_run(tmp_path, "b40_legw_s0", [0.5, 0.9], 40)
+    fake_run(tmp_path, "b40_legw_s1", [0.5, 0.7], 40)
+    fake_run(tmp_path, "b40_linear_s0", [0.5, 0.6], 40)
+    exp = experiment()
+    exp = Experiment(
+        exp.name,
+        exp.config,
+        exp.metric,
+        exp.split,
+        exp.direction,
+        exp.claim,
+        exp.tolerance,
+        exp.full,
+        Plan(runs, "fake"),
+    )
+    s = report_numbers.summarize(exp, exp.local, str(tmp_path), local=True)
+    line = next(x for x in report_page.caveats(exp, exp.local, s, True) if x.startswith("- Seeds"))
+    # what finished, grouped: the base on 3 seeds, legw on 2 so far, linear on 1
+    assert line.startswith(
+        "- Seeds: 3 (0, 1, 2) for `base`; 2 (0, 1) for `legw`; 1 (0) for `linear`. "
+    )
+    assert report_numbers.cells(exp, s["rows"])[(40, "linear")]["final_se"] is None
+
+
+def provenance(root, name, **hardware):
+    (root / "runs" / name / "provenance.json").write_text(
+        json.dumps({"hardware": hardware, "versions": {"jax": "9.9"}, "code": {"commit": "c" * 40}})
+    )
+
+
+def test_the_page_names_the_hardware_its_runs_used(tmp_path):
+    """From each run's provenance: accelerators by count and kind (no CPU count), CPU runs by
+    their cores, and every kind when the runs differ; nothing invented when no run finished."""
+    exp = experiment()
+    gpu = dict(platform="gpu", device_kind="NVIDIA H200", devices=1, cpu_count=16)
+    names = {"b10_base_s0": 10, "b10_base_s1": 10, "b40_legw_s0": 40}
+    for name, batch in names.items():
+        fake_run(tmp_path, name, [0.5, 0.9], batch)
+        provenance(tmp_path, name, **gpu)
+
+    def page_lines():
+        s = report_numbers.summarize(exp, exp.local, str(tmp_path), local=True)
+        return report_page.caveats(exp, exp.local, s, True)
+
+    lines = page_lines()
+    speedup = next(x for x in lines if x.startswith("- The speedup"))
+    hw = next(x for x in lines if x.startswith("- Hardware and versions"))
+    assert "1 x NVIDIA H200" in speedup and "CPU cores" not in speedup
+    assert "1 gpu device(s) (NVIDIA H200), jax 9.9" in hw and "CPU cores" not in hw
+
+    tpu = dict(platform="tpu", device_kind="TPU v4", devices=4, cpu_count=240)
+    provenance(tmp_path, "b40_legw_s0", **tpu)
+    lines = page_lines()
+    speedup = next(x for x in lines if x.startswith("- The speedup"))
+    hw = next(x for x in lines if x.startswith("- Hardware and versions"))
+    assert "1 x NVIDIA H200 and 4 x TPU v4" in speedup
+    assert "1 gpu device(s) (NVIDIA H200); 4 tpu device(s) (TPU v4)" in hw
+
+    cpu = dict(platform="cpu", device_kind="cpu", devices=1, cpu_count=6)
+    for name in names:
+        provenance(tmp_path, name, **cpu)
+    lines = page_lines()
+    assert "Wall-clock time on 6 CPU cores says nothing about a TPU or GPU" in "\n".join(lines)
+    assert "1 cpu device(s) (cpu, 6 CPU cores)" in "\n".join(lines)
+
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    s = report_numbers.summarize(exp, exp.local, str(empty), local=True)
+    text = "\n".join(report_page.caveats(exp, exp.local, s, True))
+    assert "? CPU cores" not in text and "no hardware is named" in text
