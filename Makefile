@@ -9,7 +9,7 @@ BIN := $(VENV)/bin
 $(BIN)/lbtrain: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[offline,test,plots]'
+	$(BIN)/pip install --quiet -e '.[train,offline,test,plots]'
 	touch $@
 
 venv: $(BIN)/lbtrain

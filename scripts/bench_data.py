@@ -40,6 +40,7 @@ from absl import flags
 # benchlib/ is beside this file: on sys.path when it runs
 from benchlib.report import provenance_header, run_phase, write_json
 from benchlib.synthetic_text import DE_LETTERS, EN_LETTERS, pair_generator, word_types
+from checkout import ROOT  # beside this script: the repository's root
 
 from lbtrain import cli_help
 
@@ -63,7 +64,6 @@ _PHASE = flags.DEFINE_enum(
     "phase", "", ["", "corpus", "build", "start"], "Internal: run one phase in this process."
 )
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 GOALS = {"start_s": 60.0, "start_rss_gb": 2.0, "build_s": 1800.0}
 
 

@@ -26,8 +26,7 @@ import sys
 # backend, so host_malloc can still be set after
 from benchlib.loop_columns import BareStep, with_batch
 from benchlib.report import cpu_model
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from checkout import ROOT  # beside this script: the repository's root
 
 # argparse, not absl flags: bench_lstm's absl flags would clash with ours
 PARSER = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])

@@ -43,6 +43,7 @@ from absl import app, flags
 # benchlib/ is beside this file: on sys.path when it runs
 from benchlib import input_stages
 from benchlib.report import lscpu_model, write_json
+from checkout import ROOT  # beside this script: the repository's root
 
 from lbtrain import cli_help
 
@@ -63,7 +64,6 @@ _RESNET_BATCH = flags.DEFINE_integer("resnet_batch", 8, "Its batch; 0 skips the 
 _DATA_DIR = flags.DEFINE_string("data_dir", "", "Folder to write the data to (default: a temp).")
 _JSON = flags.DEFINE_string("json", "", "Also write the results to this JSON file.")
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 H200_JSON = os.path.join(ROOT, "docs/bench/resnet50_step_h200.json")
 MLPERF_8XH200 = 63_800  # ResNet-50 images/s of an 8xH200 MLPerf training submission, as quoted
 TARGETS = {"example_over_old_path": 2.0, "example_over_pil_decode": 0.8}  # one core, the issue's

@@ -38,8 +38,7 @@ import time
 # backend: host_malloc can still be set
 from benchlib.loop_columns import LoopBench, jax_copy
 from benchlib.lstm_steps import _block_jax
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from checkout import ROOT  # beside this script: the repository's root
 
 # name -> (config, updates trained, log_every_steps): the loop's own logging cadence of a real run
 WORKLOADS = {

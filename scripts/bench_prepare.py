@@ -43,6 +43,7 @@ from absl import flags
 # benchlib/ is beside this file: on sys.path when it runs
 from benchlib.report import provenance_header, run_phase, write_json
 from benchlib.synthetic_text import DE_LETTERS, EN_LETTERS, pair_generator, word_types
+from checkout import ROOT  # beside this script: the repository's root
 
 from lbtrain import cli_help
 
@@ -55,7 +56,6 @@ _JSON = flags.DEFINE_string("json", "", "Also write the results to this JSON fil
 _PHASE = flags.DEFINE_string("phase", "", "Internal: run one phase in this process.")
 _NAME = flags.DEFINE_string("name", "", "Internal: the dataset of the phase.")
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 WMT16_SUBSETS = {"europarl": 1_920_209, "commoncrawl": 2_399_123, "news": 242_770}
 PTB = {"train": (887_521, 42_068), "valid": (70_390, 3_370), "test": (78_669, 3_761)}
 

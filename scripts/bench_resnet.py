@@ -26,6 +26,7 @@ from absl import flags
 
 # benchlib/ is beside this file: on sys.path when it runs
 from benchlib.profiling import measure_matmul_peak, time_per_call
+from checkout import ROOT  # beside this script: the repository's root
 
 from lbtrain import cli_help
 
@@ -40,8 +41,6 @@ _MIN_TIME = flags.DEFINE_float(
     "min_time", 1.0, "Each round repeats the step until this many seconds pass."
 )
 _JSON = flags.DEFINE_string("json", "", "Also write the results to this JSON file.")
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def bench_one(batch: int, dtype: str) -> dict:

@@ -19,8 +19,6 @@ measure at the stage you care about.
 
 from __future__ import annotations
 
-import os
-
 from absl import flags
 
 from lbtrain import cli_help
@@ -35,8 +33,6 @@ _SPLITS = flags.DEFINE_integer(
 _SKIP = flags.DEFINE_integer("skip", 10, "First steps left out of the averages (warm-up).")
 _WINDOW = flags.DEFINE_integer("window", 50, "Report the estimate over windows of this many steps.")
 _WORKDIR = flags.DEFINE_string("workdir", "", "Start from the latest checkpoint here (read only).")
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def measure(

@@ -59,8 +59,9 @@ import shlex
 import sys
 
 from absl import flags
+from checkout import ROOT  # beside this script: puts the repository on sys.path
 
-from experiments import ROOT, catalog, estimate, probe, report, runfiles
+from experiments import catalog, estimate, probe, report, runfiles
 from experiments.step_times import StepTimes
 from experiments.sweep import executors, scheduler
 from experiments.sweep.executors.base import Context, ExecutorError

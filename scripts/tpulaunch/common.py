@@ -11,8 +11,9 @@ import signal
 import subprocess
 import time
 
-SCRIPTS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-ROOT = os.path.dirname(SCRIPTS)  # the checkout that `git archive` copies to the workers
+from checkout import ROOT  # the checkout that `git archive` copies to the workers
+
+SCRIPTS = os.path.join(ROOT, "scripts")
 ENTRY = os.path.join(SCRIPTS, "tpu_launch.py")  # the launcher's command line
 PROG = "tpu_launch"
 

@@ -114,7 +114,9 @@ def add_install_flags(p: argparse.ArgumentParser):
         "--jax", default="jax[tpu]", help="the JAX requirement (default: %(default)s)"
     )
     inst.add_argument(
-        "--extras", default="offline,gcs", help="lbtrain's extras (default: %(default)s)"
+        "--extras",
+        default="train,offline,gcs",
+        help="lbtrain's extras; train is its engine (default: %(default)s)",
     )
     inst.add_argument(
         "--ref",

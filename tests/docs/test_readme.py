@@ -19,32 +19,11 @@ import subprocess
 import sys
 
 import pytest
+from support.readme import LANGUAGES, readme, runnable_blocks
 
 from experiments import ROOT
 
-FENCE = re.compile(r"^```([^\n`]*)\n(.*?)^```\s*$", re.MULTILINE | re.DOTALL)
-LANGUAGES = ("bash", "python")
-
-
-def runnable_blocks(text: str) -> list[tuple[str, bool, str, int]]:
-    """(language, slow, code, line number) of every block marked ``runnable``."""
-    out = []
-    for m in FENCE.finditer(text):
-        words = m.group(1).split()
-        if len(words) >= 2 and "runnable" in words[1:]:
-            if words[0] not in LANGUAGES:
-                raise ValueError(
-                    f"README line {text[: m.start()].count(chr(10)) + 1}: runnable {words[0]!r} "
-                    "block"
-                )
-            out.append(
-                (words[0], "slow" in words[1:], m.group(2), text[: m.start()].count("\n") + 1)
-            )
-    return out
-
-
-with open(os.path.join(ROOT, "README.md"), encoding="utf-8") as _f:
-    BLOCKS = runnable_blocks(_f.read())
+BLOCKS = runnable_blocks(readme())
 
 
 def _params():
@@ -91,11 +70,6 @@ def test_readme_block_runs(lang, code, tmp_path):
         f"{code}\n--- stdout\n{proc.stdout[-2000:]}\n--- stderr\n{proc.stderr[-3000:]}"
     )
     assert proc.stdout.strip(), "a runnable block should show something"
-
-
-def readme() -> str:
-    with open(os.path.join(ROOT, "README.md"), encoding="utf-8") as f:
-        return f.read()
 
 
 def test_the_quick_test_count_is_what_make_test_quick_collects():

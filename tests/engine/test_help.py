@@ -155,7 +155,12 @@ def test_help_is_quick_and_imports_no_jax():
     assert proc.stderr.strip().endswith("NOJAX"), proc.stderr
 
 
-ALL_SCRIPTS = sorted(n for n in os.listdir(os.path.join(ROOT, "scripts")) if n.endswith(".py"))
+ALL_SCRIPTS = sorted(  # the programs of scripts/ (checkout.py is a module they import)
+    n
+    for n in os.listdir(os.path.join(ROOT, "scripts"))
+    if n.endswith(".py")
+    and '__name__ == "__main__"' in open(os.path.join(ROOT, "scripts", n)).read()
+)
 SCRIPTS = [  # the absl ones
     n
     for n in ALL_SCRIPTS
@@ -170,6 +175,9 @@ def test_every_absl_script_runs_through_the_help_that_exits_0():
             text = open(os.path.join(ROOT, "scripts", name)).read()
             assert "app.run(" not in text, name
     assert "reproduce.py" in SCRIPTS and "demo.py" in SCRIPTS
+    assert len(ALL_SCRIPTS) == len(os.listdir(os.path.join(ROOT, "scripts"))) - 4 - (
+        "__pycache__" in os.listdir(os.path.join(ROOT, "scripts"))
+    )  # all but checkout.py, tpu_launch.sh and the packages benchlib/ and tpulaunch/
 
 
 @pytest.mark.slow

@@ -1,5 +1,5 @@
 """scripts/tpu_launch.sh end to end against a fake ``gcloud`` that plays a 2-worker slice on this
-machine (tests/support/fake_gcloud.py): each worker is a folder (its HOME), ``ssh`` runs the worker
+machine (tests/support/fake_gcloud/): each worker is a folder (its HOME), ``ssh`` runs the worker
 commands as local processes, the install runs a fake ``curl`` / ``uv`` that build the environment on
 this interpreter. The launcher itself, its worker helper and the detached runs are the real ones.
 The happy path runs a real 2-process lbtrain; the other runs use a small stand-in program (``STUB``)
@@ -209,7 +209,7 @@ def test_dry_run_picks_the_image_and_installs_with_its_own_python(fake, accelera
     assert shlex.split(setup[setup.index("--command") + 1])[-4:] == [
         "3.12",
         "jax[tpu]",
-        "offline,gcs",
+        "train,offline,gcs",
         "3",
     ]
     helper = subprocess.run(
@@ -367,8 +367,8 @@ def test_happy_path_runs_lbtrain_on_two_workers_and_deletes(tmp_path):
     assert re.search(
         r"/workers/lb/w0/lbtrain/launches/[^/]+/src/lbtrain/main.py$", provenance["command"][0]
     )
-    # installed with uv: a managed Python 3.12 and jax[tpu] + lbtrain[offline,gcs] from the unpacked
-    # source, in the environment every launch of that commit shares
+    # installed with uv: a managed Python 3.12 and jax[tpu] + lbtrain[train,offline,gcs] from the
+    # unpacked source, in the environment every launch of that commit shares
     assert [c[0] for c in fs.calls("curl")] == ["-LsSf"] * 2
     venv = [c for c in fs.calls("uv") if c[0] == "venv"]
     assert len(venv) == 2 and all(
@@ -376,7 +376,7 @@ def test_happy_path_runs_lbtrain_on_two_workers_and_deletes(tmp_path):
     )
     pip = [c for c in fs.calls("uv") if c[:2] == ["pip", "install"]]
     assert all(
-        "jax[tpu]" in c and re.search(r"/lbtrain/env/src\[offline,gcs\]$", c[-1]) for c in pip
+        "jax[tpu]" in c and re.search(r"/lbtrain/env/src\[train,offline,gcs\]$", c[-1]) for c in pip
     )
     assert "deleted TPU VM lb" in proc.stdout
 

@@ -1,5 +1,5 @@
 """What a sweep executor needs of the Cloud TPU launcher, against the fake gcloud
-(tests/support/fake_gcloud.py): the accelerator table, ``--status --json`` (and ``slice_status``),
+(tests/support/fake_gcloud/): the accelerator table, ``--status --json`` (and ``slice_status``),
 install reuse across launches of one commit, the fake's preemption and ``gcloud auth list``."""
 
 import importlib
@@ -218,7 +218,7 @@ def test_a_launch_of_the_installed_commit_skips_the_install(fake):
     assert third.stdout.count(reinstall) == 2
     ok(launch(fake, "--follow"))  # lets it end
     fourth = ok(launch(fake, "--ref", "HEAD~1", "--jax", "jax[tpu]==0.9", lbtrain=STUB_ARGS))
-    assert fourth.stdout.count("(it held python 3.12, jax[tpu], lbtrain[offline,gcs])") == 2
+    assert fourth.stdout.count("(it held python 3.12, jax[tpu], lbtrain[train,offline,gcs])") == 2
     assert len([c for c in fake.calls("uv") if c[:2] == ["pip", "install"]]) == 6
     after = status(fake)
     assert after["installed_commit"] == parent and after["launch"]["commit"] == parent
