@@ -7,8 +7,13 @@ protocol).
 from __future__ import annotations
 
 import dataclasses
+import functools
+import os
 import statistics
 from collections.abc import Callable
+
+from experiments import ROOT
+from lbtrain import config_lib
 
 SEEDS = (0, 1, 2)
 
@@ -41,10 +46,10 @@ class Tuning:
     group), the best point on ``seeds``, and the best point at the largest batch with ``budgets`` x
     the epoch budget."""
 
-    base_lr: (
-        float  # the recipe's LR at the base batch (a run's --config.optim.base_lr, where set, wins)
-    )
     epochs: float  # the plan's epoch budget: the budget runs train ``epochs x multiple``
+    # the LR the grid multiplies where a line's run sets none (--config.optim.base_lr); None: the
+    # LR its run's config has (:func:`recipe_lr`)
+    base_lr: float | None = None
     factors: tuple[float, ...] = FACTORS  # x the base LR, i.e. x LEGW's peak LR at every batch size
     widen: int = 2  # times two more points are added beyond an edge the best point sits on
     seeds: tuple[int, ...] = SEEDS  # the best point's seeds
@@ -130,6 +135,15 @@ def seeded(run: Run, seed: int) -> Run:
     return dataclasses.replace(run, name=f"{run.name}_s{seed}", seed=seed, overrides=overrides)
 
 
+@functools.cache
+def recipe_lr(config: str, arg: str = "", overrides: tuple[str, ...] = ()) -> float:
+    """The base LR (``optim.base_lr``) that a run of ``config`` (a path from the repository root)
+    at ``arg`` with ``overrides`` trains with: the config file's own number, loaded as
+    ``lbtrain --config=<config>:<arg> <overrides>`` loads it."""
+    spec = os.path.join(ROOT, config) + (f":{arg}" if arg else "")
+    return float(config_lib.load_config(spec, overrides).optim.base_lr)
+
+
 def sensitivity_runs(batch: int, arg: str, overrides: tuple[str, ...], base_lr: float, factors):
     """LEGW at ``batch`` (config ``arg``) with its base LR times each of ``factors``."""
     return [
@@ -157,13 +171,16 @@ def sweep(
     seeds=SEEDS,
     side_seeds=None,
     base_lr: float | None = None,
+    config: str = "",
     sensitivity=(0.5, 2.0),
     noise_overrides: tuple[str, ...] | None = (),
 ):
     """The protocol's runs: the base run (the tuned recipe at the base batch), every ``multiplier x
-    scheme`` above it, LEGW's peak LR x each ``sensitivity`` factor at the largest batch (needs
-    ``base_lr``); and one run at the base batch logging the gradient noise scale
-    (``noise_overrides`` added; ``None``: no noise run).
+    scheme`` above it (``schemes``: names of ``lbtrain.optim.SCHEMES``), LEGW's peak LR x each
+    ``sensitivity`` factor at the largest batch (LEGW's LR there: ``base_lr``, else the one the
+    ``config`` file gives that run, :func:`recipe_lr`; neither: no sensitivity runs); and one run at
+    the base batch logging the gradient noise scale (``noise_overrides`` added; ``None``: no noise
+    run).
 
     The base runs and the first scheme (the claim's) run for every one of ``seeds``; the other
     schemes and the sensitivity runs for ``side_seeds`` (default: ``seeds``), the protocol's choice
@@ -195,10 +212,11 @@ def sweep(
             )
             for i, s in enumerate(schemes)
         ]
-    if base_lr is not None and sensitivity:
+    if (base_lr is not None or config) and sensitivity:
         b = base * max(multipliers)
         arg = f"batch={b},scheme=legw{sep}{extra}"
-        runs += [(r, side) for r in sensitivity_runs(b, arg, overrides, base_lr, sensitivity)]
+        lr = recipe_lr(config, arg, overrides) if base_lr is None else base_lr
+        runs += [(r, side) for r in sensitivity_runs(b, arg, overrides, lr, sensitivity)]
     out = [seeded(r, s) for r, ss in runs for s in ss]
     if noise_overrides is not None:
         out.append(

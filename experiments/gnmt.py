@@ -7,22 +7,22 @@ beam 4.
 """
 
 from experiments.common import Experiment, Plan, Tuning, sweep
+from lbtrain.optim import SCHEMES
 
-SCHEMES = ("legw", "linear", "sqrt", "none", "linear_legw_warmup", "sqrt_const_warmup")
+CONFIG = "configs/gnmt.py"
 
 EXPERIMENT = Experiment(
     name="gnmt",
-    config="configs/gnmt.py",
+    config=CONFIG,
     metric="bleu",
     split="test",
     direction="max",
     claim="GNMT: batch x16 with LEGW and no BLEU loss, without re-tuning",
     tolerance=1.0,  # within 1 BLEU of the base runs' mean best test BLEU
     full=Plan(
-        sweep(256, (1, 4, 16), SCHEMES, "corpus=wmt16", seeds=(0,), base_lr=1e-3),
+        sweep(256, (1, 4, 16), SCHEMES, "corpus=wmt16", seeds=(0,), config=CONFIG),
         "WMT16 en-de, 4+4 x 1024 GNMT, 6 epochs, beam 10 (one seed)",
         tuning=Tuning(
-            base_lr=1e-3,
             epochs=6.0,
             seeds=(0,),
             cost="the grids at 256, 1024 and 4096, widened where the best point is on an edge, and "
@@ -30,12 +30,11 @@ EXPERIMENT = Experiment(
         ),
     ),
     local=Plan(
-        sweep(32, (1, 16), SCHEMES, "runlocal=True,epochs=8", base_lr=3e-3),
+        sweep(32, (1, 16), SCHEMES, "runlocal=True,epochs=8", config=CONFIG),
         "numbers en->de (10k sentences of up to three numbers below 1000), 4+4 x 128 GNMT, 8 "
         "epochs, beam 4",
         caveats="BLEU on number words is far easier than on news text; 500 test sentences.",
         tuning=Tuning(
-            base_lr=3e-3,
             epochs=8.0,
             cost="10 grid runs beside the 4 the sweep has, up to 8 more where a grid widens, up "
             "to 4 seeds of the best points and 2 budget runs (16 and 32 epochs at 512, 15 and 30 "

@@ -8,13 +8,14 @@ logs the gradient noise scale.
 """
 
 from experiments.common import Experiment, Plan, Tuning, sweep
+from lbtrain.optim import SCHEMES
 
-SCHEMES = ("legw", "linear", "sqrt", "none", "linear_legw_warmup", "sqrt_const_warmup")
+CONFIG = "configs/mnist_lstm.py"
 LOCAL_BASE = ("--config.optim.base_batch_size=10", "--config.log_every_steps=20")
 
 EXPERIMENT = Experiment(
     name="mnist_lstm",
-    config="configs/mnist_lstm.py",
+    config=CONFIG,
     metric="accuracy",
     split="eval",
     direction="max",
@@ -22,22 +23,20 @@ EXPERIMENT = Experiment(
     "scaling",
     tolerance=0.01,  # within 1 point of the base runs' mean best test accuracy
     full=Plan(
-        sweep(128, (1, 4, 16, 64), SCHEMES, "source=tfds", base_lr=0.1),
+        sweep(128, (1, 4, 16, 64), SCHEMES, "source=tfds", config=CONFIG),
         "full MNIST (60k/10k), 25 epochs, LSTM 128",
         tuning=Tuning(
-            base_lr=0.1,
             epochs=25.0,
             cost="the grids at 128, 512, 2048 and 8192, widened where the best point is on an "
             "edge, the best points' seeds and 2 budget runs at 8192: `--estimate` lists them",
         ),
     ),
     local=Plan(
-        sweep(10, (1, 4, 16, 64), SCHEMES, overrides=LOCAL_BASE, base_lr=0.1),
+        sweep(10, (1, 4, 16, 64), SCHEMES, overrides=LOCAL_BASE, config=CONFIG),
         "embedded 5k real MNIST digits (4k train / 1k test), LSTM 128, momentum 0.9, base batch 10 "
         "at lr 0.1 with 0.25 warmup epochs, poly(2) decay, 40 epochs at every batch size",
         caveats="1,000 test digits: one seed's accuracy has a standard error of about 0.5 point.",
         tuning=Tuning(
-            base_lr=0.1,
             epochs=40.0,
             cost="22 grid runs beside the 6 the sweep has, up to 8 more where a grid widens, up "
             "to 8 seeds of the best points and 2 budget runs (80 and 160 epochs at 640): about 2 "

@@ -1,27 +1,33 @@
 """Optimizer comparison at a large batch, each optimizer with LEGW and without any scaling (its base
 recipe applied unchanged): ResNet-50 at 16K; locally MNIST-LSTM at batch 160 (x16 the base 10)."""
 
-from experiments.common import SEEDS, Experiment, Plan, Run, Tuning
+from experiments.common import SEEDS, Experiment, Plan, Run, Tuning, recipe_lr
 
+RESNET_CONFIG = "configs/resnet50_imagenet.py"
+MNIST_CONFIG = "configs/mnist_lstm.py"
 RESNET_OPTIMIZERS = ("lars", "momentum", "adam", "adagrad", "rmsprop")
-# MNIST-LSTM base learning rates at batch 10: momentum is the recipe; the others use their common
-# defaults (not tuned): the point is what LEGW does for an optimizer nobody re-tuned.
-MNIST_OPTIMIZERS = {"momentum": 0.1, "adam": 1e-3, "adagrad": 0.05, "rmsprop": 1e-3, "lars": 5.0}
-
-
-# ResNet-50 base learning rates at batch 512, as configs/resnet50_imagenet.py's OPTIMIZERS has
-# them; stated in each run's command so the tuned column knows the LR its grid multiplies
-RESNET_LR = {"lars": 4.0, "momentum": 0.2, "adam": 1e-3, "adagrad": 0.05, "rmsprop": 1e-3}
+# MNIST-LSTM base learning rates at batch 10: momentum's is the recipe's (the config's); the others
+# use their common defaults (not tuned): the point is what LEGW does for an optimizer nobody
+# re-tuned.
+MNIST_OPTIMIZERS = {
+    "momentum": recipe_lr(MNIST_CONFIG),
+    "adam": 1e-3,
+    "adagrad": 0.05,
+    "rmsprop": 1e-3,
+    "lars": 5.0,
+}
 
 
 def _resnet():
+    # each optimizer's base LR at batch 512 as the config has it, stated in each run's command so
+    # the tuned column knows the LR its grid multiplies
     return tuple(
         Run(
             f"{o}_{s}_s{seed}",
             16384,
             s,
             f"batch=16384,scheme={s},optimizer={o}",
-            (f"--config.optim.base_lr={RESNET_LR[o]:g}",)
+            (f"--config.optim.base_lr={recipe_lr(RESNET_CONFIG, f'optimizer={o}'):g}",)
             + ((f"--config.seed={seed}",) if seed else ()),
             o,
             seed,
@@ -67,7 +73,6 @@ def _mnist_overrides(optimizer: str) -> tuple[str, ...]:
 # every optimizer's peak LR tuned at 160; LARS's at the base batch 10 too (does its best LR move
 # with the batch, or does the trust ratio absorb it?); the longer budgets for LARS and momentum
 MNIST_TUNING = Tuning(
-    base_lr=0.1,
     epochs=40.0,
     budget_groups=("lars", "momentum"),
     extra=(
@@ -89,7 +94,7 @@ MNIST_TUNING = Tuning(
 
 EXPERIMENT = Experiment(
     name="optimizers",
-    config="configs/resnet50_imagenet.py",
+    config=RESNET_CONFIG,
     metric="accuracy",
     split="eval",
     direction="max",
@@ -100,7 +105,6 @@ EXPERIMENT = Experiment(
         _resnet(),
         "ImageNet, ResNet-50, batch 16K, 90 epochs (one seed: a run takes hours)",
         tuning=Tuning(
-            base_lr=4.0,
             epochs=90.0,
             seeds=(0,),
             budget_groups=("lars", "momentum"),
@@ -111,7 +115,7 @@ EXPERIMENT = Experiment(
     local=Plan(
         _mnist(),
         "MNIST-LSTM on the embedded 5k digits, batch 160 (x16 the base 10), 40 epochs, 3 seeds",
-        "configs/mnist_lstm.py",
+        MNIST_CONFIG,
         caveats="Only momentum's base learning rate is a tuned recipe; the adaptive optimizers use "
         "their usual defaults at the base batch.",
         tuning=MNIST_TUNING,

@@ -5,12 +5,13 @@ Full plan only: a 2x1500 LSTM trains at about 100 tokens/s on two CPU cores, so 
 be the large model; the local language-model table is ``ptb_small`` (KJV corpus)."""
 
 from experiments.common import Experiment, Plan, Tuning, per_epoch_decay_stretch, sweep
+from lbtrain.optim import SCHEMES
 
-SCHEMES = ("legw", "linear", "sqrt", "none", "linear_legw_warmup", "sqrt_const_warmup")
+CONFIG = "configs/ptb_lstm.py"
 
 EXPERIMENT = Experiment(
     name="ptb_large",
-    config="configs/ptb_lstm.py",
+    config=CONFIG,
     metric="perplexity",
     split="test",
     direction="min",
@@ -21,10 +22,9 @@ EXPERIMENT = Experiment(
         # for 55.7 GFLOP, its least efficient point in docs/performance.md) scaled by the large
         # model's 3.85x the FLOPs gives ~15 ms, so ~18 minutes for the base run's 72,985 updates
         # and less at larger batches: every run is under the hour that calls for one seed
-        sweep(20, (1, 4, 16, 64), SCHEMES, "size=large", base_lr=1.0),
+        sweep(20, (1, 4, 16, 64), SCHEMES, "size=large", config=CONFIG),
         "PTB, 2x1500 LSTM, dropout 0.65, 55 epochs (3 seeds)",
         tuning=Tuning(
-            base_lr=1.0,
             epochs=55.0,
             # the large recipe's decay: x1/1.15 an epoch after epoch 14
             stretch=per_epoch_decay_stretch(13.0, 1 / 1.15),

@@ -7,8 +7,9 @@ first decay step (epoch 4).
 """
 
 from experiments.common import Experiment, Plan, Tuning, per_epoch_decay_stretch, sweep
+from lbtrain.optim import SCHEMES
 
-SCHEMES = ("legw", "linear", "sqrt", "none", "linear_legw_warmup", "sqrt_const_warmup")
+CONFIG = "configs/ptb_lstm.py"
 LOCAL = ("--config.optim.schedule.warmup_epochs=0.03125", "--config.log_every_steps=20")
 
 
@@ -18,7 +19,7 @@ stretch = per_epoch_decay_stretch(3.0, 0.5)
 
 EXPERIMENT = Experiment(
     name="ptb_small",
-    config="configs/ptb_lstm.py",
+    config=CONFIG,
     metric="perplexity",
     split="test",
     direction="min",
@@ -27,10 +28,9 @@ EXPERIMENT = Experiment(
     full=Plan(
         # 3 seeds: a run is about a minute of steps on one H200 (docs/performance.md: 30,199
         # updates of 1.5 ms at batch 20), under the hour that calls for one seed
-        sweep(20, (1, 4, 16, 64), SCHEMES, "size=small", base_lr=1.0),
+        sweep(20, (1, 4, 16, 64), SCHEMES, "size=small", config=CONFIG),
         "PTB, 2x200 LSTM, 13 epochs (Zaremba small; 3 seeds)",
         tuning=Tuning(
-            base_lr=1.0,
             epochs=13.0,
             stretch=stretch,
             cost="the grids at 20, 80, 320 and 1280, widened where the best point is on an edge, "
@@ -39,7 +39,13 @@ EXPERIMENT = Experiment(
     ),
     local=Plan(
         sweep(
-            20, (1, 16, 64), SCHEMES, "runlocal=True,epochs=10", LOCAL, side_seeds=(0,), base_lr=1.0
+            20,
+            (1, 16, 64),
+            SCHEMES,
+            "runlocal=True,epochs=10",
+            LOCAL,
+            side_seeds=(0,),
+            config=CONFIG,
         ),
         "KJV corpus (737k training tokens), a 2x128 LSTM with a 2k vocabulary and no dropout "
         "(smaller than PTB-small's 2x200 over 10k words), T=20, 10 epochs, the TF tutorial's small "
@@ -48,7 +54,6 @@ EXPERIMENT = Experiment(
         caveats="Perplexities are over a 2k-word vocabulary of the KJV, not comparable with PTB's.",
         # coarsened (5 points, not 7): a run takes 9-13 minutes
         tuning=Tuning(
-            base_lr=1.0,
             epochs=10.0,
             factors=(0.25, 0.5, 1.0, 2.0, 4.0),
             stretch=stretch,

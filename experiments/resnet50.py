@@ -8,22 +8,22 @@ seeds each.
 """
 
 from experiments.common import Experiment, Plan, Tuning, sweep
+from lbtrain.optim import SCHEMES
 
-SCHEMES = ("legw", "linear", "sqrt", "none", "linear_legw_warmup", "sqrt_const_warmup")
+CONFIG = "configs/resnet50_imagenet.py"
 
 EXPERIMENT = Experiment(
     name="resnet50",
-    config="configs/resnet50_imagenet.py",
+    config=CONFIG,
     metric="accuracy",
     split="eval",
     direction="max",
     claim="ResNet-50 on ImageNet with LARS + LEGW: batch 32K at the base top-1 accuracy (~75-76 %)",
     tolerance=0.01,
     full=Plan(
-        sweep(512, (1, 4, 16, 64), SCHEMES, seeds=(0,), base_lr=4.0, noise_overrides=None),
+        sweep(512, (1, 4, 16, 64), SCHEMES, seeds=(0,), config=CONFIG, noise_overrides=None),
         "ImageNet, ResNet-50 v1.5, LARS, 90 epochs (one seed: a run takes hours)",
         tuning=Tuning(
-            base_lr=4.0,
             epochs=90.0,
             seeds=(0,),
             cost="the grids at 512, 2K, 8K and 32K, widened where the best point is on an edge, "
@@ -37,14 +37,13 @@ EXPERIMENT = Experiment(
             SCHEMES,
             "runlocal=True",
             ("--config.optim.base_batch_size=30",),
-            base_lr=4.0,
+            config=CONFIG,
         ),
         "sklearn digits (1,497 train / 300 test, 8x8), ResNet-18 layout at width 16, LARS, base "
         "batch 30, 16 epochs",
         caveats="300 test digits: one seed's accuracy has a standard error of about 1 point; x64 "
         "would be 1,920, more than the training set.",
         tuning=Tuning(
-            base_lr=4.0,
             epochs=16.0,
             cost="16 grid runs beside the 5 the sweep has, up to 12 more where a grid widens, up "
             "to 6 seeds of the best points and 2 budget runs (32 and 64 epochs at 480): under a "

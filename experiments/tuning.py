@@ -19,7 +19,7 @@ import math
 import re
 from collections.abc import Callable
 
-from experiments.common import Experiment, Plan, Run, Tuning, seeded
+from experiments.common import Experiment, Plan, Run, Tuning, recipe_lr, seeded
 
 # What a finished run's final value may be: a number, STOPPED (diverged: worse than any number), or
 # None (not finished yet).
@@ -54,11 +54,13 @@ def _lr_flag(lr: float) -> str:
     return f"--config.optim.base_lr={lr:g}"
 
 
-def _base_lr(run: Run, default: float) -> float:
+def _base_lr(run: Run, t: Tuning, config: str) -> float:
+    """The LR ``run`` trains with at its base batch: its ``--config.optim.base_lr``, else
+    ``t.base_lr``, else its config's (:func:`recipe_lr`)."""
     for o in run.overrides:
         if o.startswith("--config.optim.base_lr="):
             return float(o.split("=", 1)[1])
-    return default
+    return recipe_lr(config, run.arg, run.overrides) if t.base_lr is None else t.base_lr
 
 
 def _unseeded(run: Run) -> Run:
@@ -70,6 +72,7 @@ def lines(exp: Experiment, plan: Plan) -> list[Line]:
     """The plan's lines: every batch size (rows="batch") or every tuned group (rows="group"), then
     the tuning's extra templates."""
     t = plan.tuning
+    config = plan.config or exp.config
     out = []
     if exp.rows == "batch":
         picks = [
@@ -80,16 +83,16 @@ def lines(exp: Experiment, plan: Plan) -> list[Line]:
         largest = max(r.batch for r in picks)
         for r in sorted(picks, key=lambda r: r.batch):
             out.append(
-                Line(str(r.batch), _unseeded(r), _base_lr(r, t.base_lr), largest=r.batch == largest)
+                Line(str(r.batch), _unseeded(r), _base_lr(r, t, config), largest=r.batch == largest)
             )
     else:
         for g in t.groups or dict.fromkeys(r.column for r in plan.runs):
             r = next(r for r in plan.runs if r.column == g and r.scheme == "legw" and r.seed == 0)
             out.append(
-                Line(g, _unseeded(r), _base_lr(r, t.base_lr), group=g, largest=g in t.budget_groups)
+                Line(g, _unseeded(r), _base_lr(r, t, config), group=g, largest=g in t.budget_groups)
             )
     for r in t.extra:
-        out.append(Line(r.name, r, _base_lr(r, t.base_lr), group=r.group))
+        out.append(Line(r.name, r, _base_lr(r, t, config), group=r.group))
     return out
 
 

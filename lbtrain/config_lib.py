@@ -4,6 +4,7 @@ block."""
 from __future__ import annotations
 
 import ast
+from collections.abc import Sequence
 
 import ml_collections
 
@@ -311,9 +312,10 @@ def _validate(config) -> None:
     _unselected_blocks(config)
 
 
-def load_config(spec: str) -> ml_collections.ConfigDict:
+def load_config(spec: str, overrides: Sequence[str] = ()) -> ml_collections.ConfigDict:
     """Load ``"path/to/config.py[:arg]"`` the way ``--config`` does (for scripts and
-    experiments)."""
+    experiments), then apply ``overrides`` (``--config.a.b=v`` flags) as ml_collections' config
+    flag applies them for ``lbtrain.main``."""
     import importlib.util
     import os
 
@@ -325,4 +327,13 @@ def load_config(spec: str) -> ml_collections.ConfigDict:
     module_spec.loader.exec_module(module)
     config = module.get_config(arg or None) if arg else module.get_config()
     config.lock()
+    if overrides:
+        from absl import flags
+        from ml_collections import config_flags
+
+        argv = ["load_config", *overrides]
+        values = flags.FlagValues()  # a private flag set: the process' own flags stay untouched
+        config_flags.DEFINE_config_dict("config", config, flag_values=values, sys_argv=argv)
+        values(argv)
+        config = values.config
     return config
