@@ -17,8 +17,7 @@ import os
 from collections.abc import Callable
 
 import numpy as np
-from absl import flags
-from ml_collections import ConfigDict, config_flags
+from ml_collections import ConfigDict
 
 from experiments import ROOT, tuning
 from experiments.common import Experiment, Plan, Run
@@ -101,14 +100,8 @@ _LOADED: dict[str, Size] = {}  # data block (JSON) -> its loaded size, once per 
 def run_config(exp: Experiment, plan: Plan, run: Run) -> ConfigDict:
     """The config ``run`` trains with: ``--config=<file>:<arg>`` plus its ``--config.a.b=v``
     overrides, applied by ml_collections' config flag as ``lbtrain.main`` applies them."""
-    config = config_lib.load_config(os.path.join(ROOT, f"{plan.config or exp.config}:{run.arg}"))
-    if run.overrides:
-        argv = ["estimate", *run.overrides]
-        values = flags.FlagValues()  # a private flag set: the process' own flags stay untouched
-        config_flags.DEFINE_config_dict("config", config, flag_values=values, sys_argv=argv)
-        values(argv)
-        config = values.config
-    return config
+    spec = os.path.join(ROOT, f"{plan.config or exp.config}:{run.arg}")
+    return config_lib.load_config(spec, run.overrides)
 
 
 def train_size(config: ConfigDict) -> Size:
