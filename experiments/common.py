@@ -1,6 +1,6 @@
 """What an experiment file declares: its runs (config + arg + overrides, seeds), the metric and its
 direction, the paper's claim, the protocol's target rule and a scaled-down local version.
-``scripts/reproduce.py`` runs them; ``experiments/report.py`` renders them (docs/reproduce.md: the
+``scripts/reproduce.py`` runs them; ``experiments/report/`` renders them (docs/reproduce.md: the
 protocol).
 """
 

@@ -1,4 +1,4 @@
-"""experiments/report.py on hand-made per-run files: the target from the base runs, steps to target,
+"""experiments/report/ on hand-made per-run files: the target from the base runs, steps to target,
 mean +- standard error over seeds, diverged runs, the noise-scale ratio, and byte-identical
 re-rendering."""
 
@@ -9,8 +9,9 @@ import statistics
 
 from support.fake_runs import fake_experiment, fake_run
 
-from experiments import report, report_numbers, report_page
+from experiments import report
 from experiments.common import Experiment, Plan, sweep
+from experiments.report import numbers, page
 
 
 def experiment():
@@ -46,7 +47,7 @@ def test_targets_steps_seeds_divergence_and_noise(tmp_path):
     fake_run(tmp_path, "b10_noise", [0.5], 10, noise=[(1.0, 20.0)] * 20)
 
     exp = experiment()
-    s = report_numbers.summarize(exp, exp.local, str(tmp_path), local=True)
+    s = numbers.summarize(exp, exp.local, str(tmp_path), local=True)
     target = (0.92 + 0.94) / 2 - 0.02  # the base runs' mean best, within the tolerance
     assert math.isclose(s["target"], target)
     rows = {r["run"]: r for r in s["rows"]}
@@ -63,7 +64,7 @@ def test_targets_steps_seeds_divergence_and_noise(tmp_path):
     )
     assert [n["b_simple"] for n in s["noise"]] == [20.0, 20.0, 20.0]
 
-    agg = report_numbers.cells(exp, s["rows"])
+    agg = numbers.cells(exp, s["rows"])
     legw = agg[(40, "legw")]
     assert math.isclose(legw["final"], (0.95 + 0.8) / 2)
     assert math.isclose(legw["final_se"], statistics.stdev([0.95, 0.8]) / math.sqrt(2))
@@ -137,13 +138,13 @@ def test_side_seeds_run_the_claim_and_base_on_every_seed_and_say_so(tmp_path):
         exp.full,
         Plan(runs, "fake"),
     )
-    s = report_numbers.summarize(exp, exp.local, str(tmp_path), local=True)
-    line = next(x for x in report_page.caveats(exp, exp.local, s, True) if x.startswith("- Seeds"))
+    s = numbers.summarize(exp, exp.local, str(tmp_path), local=True)
+    line = next(x for x in page.caveats(exp, exp.local, s, True) if x.startswith("- Seeds"))
     # what finished, grouped: the base on 3 seeds, legw on 2 so far, linear on 1
     assert line.startswith(
         "- Seeds: 3 (0, 1, 2) for `base`; 2 (0, 1) for `legw`; 1 (0) for `linear`. "
     )
-    assert report_numbers.cells(exp, s["rows"])[(40, "linear")]["final_se"] is None
+    assert numbers.cells(exp, s["rows"])[(40, "linear")]["final_se"] is None
 
 
 def provenance(root, name, **hardware):
@@ -163,8 +164,8 @@ def test_the_page_names_the_hardware_its_runs_used(tmp_path):
         provenance(tmp_path, name, **gpu)
 
     def page_lines():
-        s = report_numbers.summarize(exp, exp.local, str(tmp_path), local=True)
-        return report_page.caveats(exp, exp.local, s, True)
+        s = numbers.summarize(exp, exp.local, str(tmp_path), local=True)
+        return page.caveats(exp, exp.local, s, True)
 
     lines = page_lines()
     speedup = next(x for x in lines if x.startswith("- The speedup"))
@@ -189,6 +190,6 @@ def test_the_page_names_the_hardware_its_runs_used(tmp_path):
 
     empty = tmp_path / "empty"
     empty.mkdir()
-    s = report_numbers.summarize(exp, exp.local, str(empty), local=True)
-    text = "\n".join(report_page.caveats(exp, exp.local, s, True))
+    s = numbers.summarize(exp, exp.local, str(empty), local=True)
+    text = "\n".join(page.caveats(exp, exp.local, s, True))
     assert "? CPU cores" not in text and "no hardware is named" in text

@@ -1,4 +1,4 @@
-"""experiments/tuning.py and its page (experiments/report_tuning.py): the grid's runs reuse the
+"""experiments/tuning.py and its page (experiments/report/tuned.py): the grid's runs reuse the
 sweep's, the stages unfold from the finished runs (widen at an edge, then seeds, then longer
 budgets), and the page's tuned cell, rule and verdict hold the numbers of hand-made per-run
 files."""
@@ -11,8 +11,9 @@ import sys
 
 from support import fake_runs
 
-from experiments import ROOT, report, report_numbers, report_tuning, tuning
+from experiments import ROOT, report, tuning
 from experiments.common import Plan, Tuning, sweep
+from experiments.report import numbers, tuned
 
 
 def experiment(**tuning_kw):
@@ -157,9 +158,9 @@ def test_the_page_holds_the_tuned_cell_the_rule_and_the_verdict(tmp_path):
     fake_run(
         tmp_path, "b40_legw_lr4_ep2x_s0", [0.5, 0.6, 0.8, 0.85, 0.86, 0.87, 0.89, 0.9], 40, 0.8
     )
-    s = report_numbers.summarize(exp, exp.local, str(tmp_path), local=True)
+    s = numbers.summarize(exp, exp.local, str(tmp_path), local=True)
     assert math.isclose(s["target"], 0.9 - 0.02)
-    cells = report_tuning.tuned_cells(exp, exp.local, s)
+    cells = tuned.tuned_cells(exp, exp.local, s)
     # the base's best grid point is x1 (the recipe): 0.9 on both seeds, reaching 0.88 at steps 30
     # and 30
     assert cells["10"] == "0.9 +- 0 (30 steps, x1, 2/2); peak lr 0.1 (x1)"
@@ -168,13 +169,13 @@ def test_the_page_holds_the_tuned_cell_the_rule_and_the_verdict(tmp_path):
     # the tuned LR went 0.1 -> 0.8 over x4 the batch: exponent log(8) / log(4) = 1.5,
     # resolution log 2 / log 4
     pts = [(10, 0.1), (40, 0.8)]
-    assert math.isclose(report_tuning.optimum_exponent(pts), 1.5)
-    assert report_tuning.rule_sentence(pts) == (
+    assert math.isclose(tuned.optimum_exponent(pts), 1.5)
+    assert tuned.rule_sentence(pts) == (
         "tuned peak LR 0.1 at 10, 0.8 at 40: it grows as batch^1.50 (least "
         "squares; +- 0.50, one grid step over x4): within the resolution of "
         "Linear Scaling (1)."
     )
-    verdicts = report_tuning.verdicts(exp, exp.local, s)
+    verdicts = tuned.verdicts(exp, exp.local, s)
     assert verdicts[1] == (
         "40: LEGW 0.79 (target 0/2), tuned 0.86 at x4 its peak LR (target 0/2); tuned better by "
         "0.07: the failure is the budget's (the tuned LR reaches it with x2 the epochs)."
@@ -223,11 +224,11 @@ def test_render_out_is_where_the_pages_go_and_the_runs_come_from_the_results(tmp
 
 
 def test_the_lr_plot_colours_a_point_by_its_gap_to_the_best_in_tolerances():
-    from experiments import report_plots
+    from experiments.report import plots
 
     acc = experiment()  # accuracy, higher is better, tolerance 0.02
-    assert math.isclose(report_plots._gap(acc, 0.86, 0.90), 2.0)
-    assert report_plots._gap(acc, 0.90, 0.90) == 0.0
-    assert report_plots._gap(acc, 0.10, 0.90) == report_plots.GAP_SPAN  # capped
+    assert math.isclose(plots._gap(acc, 0.86, 0.90), 2.0)
+    assert plots._gap(acc, 0.90, 0.90) == 0.0
+    assert plots._gap(acc, 0.10, 0.90) == plots.GAP_SPAN  # capped
     ppl = dataclasses.replace(acc, metric="perplexity", direction="min", tolerance=0.05)
-    assert math.isclose(report_plots._gap(ppl, 110.0, 100.0), 2.0)  # 10 % over, 5 % a tolerance
+    assert math.isclose(plots._gap(ppl, 110.0, 100.0), 2.0)  # 10 % over, 5 % a tolerance

@@ -6,17 +6,18 @@ plots. The output is a pure function of those files (no clock, no host name; PNG
 timestamp), so rendering twice gives the same bytes.
 
 The layers, each importing only those before it: :mod:`~experiments.runfiles` (reading the files),
-:mod:`~experiments.report_numbers` (the rows and cells), :mod:`~experiments.report_text` (how they
-are written), :mod:`~experiments.report_tuning` (the tuned column), :mod:`~experiments.report_page`
-and :mod:`~experiments.report_plots` (the page and its plots), then this module.
+:mod:`~experiments.report.numbers` (the rows and cells), :mod:`~experiments.report.text` (how they
+are written), :mod:`~experiments.report.tuned` (the tuned column), :mod:`~experiments.report.page`
+and :mod:`~experiments.report.plots` (the page and its plots), then this package's
+:func:`render`.
 """
 
 from __future__ import annotations
 
 import csv
 
-from experiments import report_numbers, report_page, report_plots, report_tuning
 from experiments.common import Experiment
+from experiments.report import numbers, page, plots, tuned
 
 
 def write_csv(rows: list[dict], path: str) -> None:
@@ -34,20 +35,20 @@ def render(exp: Experiment, local: bool, results_dir: str, out_prefix: str, comm
     """Summarise the runs under ``results_dir/runs`` and write ``out_prefix``.csv/.md/_*.png (the
     PNGs only where matplotlib can be imported: ``plots_skipped`` in the summary says when not)."""
     plan = exp.plan(local)
-    s = report_numbers.summarize(exp, plan, results_dir, local)
+    s = numbers.summarize(exp, plan, results_dir, local)
     if plan.tuning:
-        s["tuned"] = report_tuning.tuned_cells(exp, plan, s)
+        s["tuned"] = tuned.tuned_cells(exp, plan, s)
     write_csv(s["rows"], out_prefix + ".csv")
-    report_page.write_markdown(exp, plan, s, out_prefix + ".md", local, command)
-    if any("final" in r for r in s["rows"]) and not report_plots.available():
+    page.write_markdown(exp, plan, s, out_prefix + ".md", local, command)
+    if any("final" in r for r in s["rows"]) and not plots.available():
         s["plots_skipped"] = True  # the page and the CSV do not depend on the plots
     elif any("final" in r for r in s["rows"]):
         unit = next(
             (d["run_plan"].get("unit") for d in s["data"].values() if d and d["run_plan"]), "ex"
         )
-        report_plots.write_plots(
+        plots.write_plots(
             exp, s, out_prefix, {"tok": "token streams", "img": "images"}.get(unit, "examples")
         )
         if plan.tuning:
-            report_plots.lr_vs_batch(exp, plan, s, out_prefix + "_lr_vs_batch.png")
+            plots.lr_vs_batch(exp, plan, s, out_prefix + "_lr_vs_batch.png")
     return s

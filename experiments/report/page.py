@@ -1,6 +1,6 @@
-"""The Markdown page of an experiment (experiments/report_numbers.py summarises the runs it
+"""The Markdown page of an experiment (experiments/report/numbers.py summarises the runs it
 shows): what to read first, the table per batch size x scheme (or per optimizer group), the
-gradient noise scale, LEGW's sensitivity, the tuned-LR sections (experiments/report_tuning.py) and
+gradient noise scale, LEGW's sensitivity, the tuned-LR sections (experiments/report/tuned.py) and
 every run."""
 
 from __future__ import annotations
@@ -8,10 +8,10 @@ from __future__ import annotations
 import os
 import statistics
 
-from experiments import report_tuning
 from experiments.common import Experiment, Plan
-from experiments.report_numbers import TUNING_ROLES, cells, mean_se
-from experiments.report_text import PROTOCOL, cell_text, fmt, hardware_text, wall_clock_text
+from experiments.report import tuned
+from experiments.report.numbers import TUNING_ROLES, cells, mean_se
+from experiments.report.text import PROTOCOL, cell_text, fmt, hardware_text, wall_clock_text
 
 
 def seeds_line(rows: list[dict]) -> str:
@@ -105,11 +105,11 @@ def main_table(exp: Experiment, s: dict, agg: dict) -> list[str]:
 
     noise = s["noise"]
     noise_cols = [n["window"] for n in noise]
-    tuned = s.get("tuned", {})
+    tuned_cells = s.get("tuned", {})
     head = (
         ["batch", "k"]
         + cols
-        + (["tuned"] if tuned else [])
+        + (["tuned"] if tuned_cells else [])
         + [f"batch / B_simple ({w})" for w in noise_cols]
     )
     lines = []
@@ -122,15 +122,15 @@ def main_table(exp: Experiment, s: dict, agg: dict) -> list[str]:
     keys = sorted(
         {k for (k, c) in agg if c != "base" and agg[(k, c)]}
         | ({base["batch"]} if base else set())
-        | {int(k) for k in tuned}
+        | {int(k) for k in tuned_cells}
     )
     for k in keys:
         label = f"{k} (base)" if base and k == base["batch"] else str(k)
         ratio = k / base["batch"] if base else float("nan")
         row = [label, f"{ratio:g}"]
         row += ["=" if base and k == base["batch"] else cell(agg.get((k, c))) for c in cols]
-        if tuned:
-            row.append(tuned.get(str(k), "-"))
+        if tuned_cells:
+            row.append(tuned_cells.get(str(k), "-"))
         for n in noise:
             per_row = (
                 n["count_per_update"] / base["batch"] if base and n["count_per_update"] else None
@@ -147,8 +147,8 @@ def group_table(exp: Experiment, s: dict, agg: dict) -> list[str]:
     by = {}
     for r in shown:
         by.setdefault((r["column"], r["scheme"]), []).append(r)
-    tuned = s.get("tuned", {})
-    extra = ["tuned"] if tuned else []
+    tuned_cells = s.get("tuned", {})
+    extra = ["tuned"] if tuned_cells else []
     lines = [f"| optimizer | {' | '.join(cols + extra)} |", "|---|" + "---|" * len(cols + extra)]
     for g in groups:
         out = []
@@ -162,8 +162,8 @@ def group_table(exp: Experiment, s: dict, agg: dict) -> list[str]:
                 else f"{fmt(mean)}{' +- ' + fmt(se, 2) if se else ''} "
                 f"(target {len(reached)}/{len(rs)})"
             )
-        if tuned:
-            out.append(tuned.get(g, "-"))
+        if tuned_cells:
+            out.append(tuned_cells.get(g, "-"))
         lines.append(f"| {g} | " + " | ".join(out) + " |")
     return lines
 
@@ -177,9 +177,7 @@ def title_lines(exp: Experiment, plan: Plan, s: dict, local: bool, command: str)
         f"# {exp.name}{' (local)' if local else ''}: {m} on {exp.split} ({better} is better)",
         "",
     ]
-    verdicts = [
-        f"- LEGW against a tuned peak LR at {v}" for v in report_tuning.verdicts(exp, plan, s)
-    ]
+    verdicts = [f"- LEGW against a tuned peak LR at {v}" for v in tuned.verdicts(exp, plan, s)]
     lines += caveats(exp, plan, s, local) + verdicts
     lines += ["", f"Paper's claim: {exp.claim}.", "", f"Command: `{command}`", ""]
     rule = (
@@ -309,7 +307,7 @@ def write_markdown(
         lines += main_table(exp, s, agg) + noise_lines(s["noise"]) + sensitivity_table(rows)
     else:
         lines += group_table(exp, s, agg)
-    lines += report_tuning.sections(exp, plan, s) + every_run_table(rows)
+    lines += tuned.sections(exp, plan, s) + every_run_table(rows)
     stem = os.path.basename(path)[:-3]
     tuned_plot = (
         f", [the tuned LR against batch size]({stem}_lr_vs_batch.png)" if s.get("tuned") else ""

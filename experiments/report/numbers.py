@@ -1,7 +1,7 @@
 """The numbers of an experiment's page, from its published per-run files
 (:mod:`experiments.runfiles`): one row per run (final and best value, steps to the target, the
 plan's numbers, provenance), the cells of the table (mean +- standard error over seeds, steps to
-target, reached count) and the gradient noise scale. No text here: :mod:`experiments.report_text`
+target, reached count) and the gradient noise scale. No text here: :mod:`experiments.report.text`
 and the page format these numbers."""
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The tuned column's part of a rendered page (experiments/tuning.py runs it): the tuned cell of
 each line, the grid of final values, which scaling rule the optimal LR follows, the longer budgets
 at the largest batch, the verdict per line for "Read this first", and the optimal-LR-against-batch
-plot. Pure functions of the summarised rows (experiments/report_numbers.py), so a page renders to
+plot. Pure functions of the summarised rows (experiments/report/numbers.py), so a page renders to
 the same bytes every time.
 """
 
@@ -12,8 +12,8 @@ import statistics
 
 from experiments import tuning
 from experiments.common import Experiment, Plan
-from experiments.report_numbers import TUNING_ROLES, aggregate
-from experiments.report_text import cell_text, fmt
+from experiments.report.numbers import TUNING_ROLES, aggregate
+from experiments.report.text import cell_text, fmt
 
 
 def states(exp: Experiment, plan: Plan, s: dict) -> list[tuning.LineState]:

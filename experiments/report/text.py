@@ -1,6 +1,6 @@
 """The text of a page's numbers, shared by its parts (the page, the tuned column, the plots): how a
 number is written, what a table cell says and how the hardware of the runs is named. Pure functions
-of :mod:`experiments.report_numbers`'s rows and cells and of the runs' provenance."""
+of :mod:`experiments.report.numbers`'s rows and cells and of the runs' provenance."""
 
 from __future__ import annotations
 

@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import math
 
-from experiments import report_tuning, tuning
+from experiments import tuning
 from experiments.common import Experiment, Plan
-from experiments.report_numbers import TUNING_ROLES, mean_se
-from experiments.report_text import fmt
+from experiments.report import tuned
+from experiments.report.numbers import TUNING_ROLES, mean_se
+from experiments.report.text import fmt
 from experiments.runfiles import evals
 
 LINESTYLES = {
@@ -239,9 +240,7 @@ def lr_vs_batch(exp: Experiment, plan: Plan, s: dict, path: str) -> bool:
     through the smallest batch's tuned LR. False (no file) when no grid point has finished."""
     matplotlib, plt = _pyplot()
     sts = [
-        st
-        for st in report_tuning.states(exp, plan, s)
-        if any(v is not None for v in st.finals.values())
+        st for st in tuned.states(exp, plan, s) if any(v is not None for v in st.finals.values())
     ]
     if not sts:
         return False
@@ -257,8 +256,8 @@ def lr_vs_batch(exp: Experiment, plan: Plan, s: dict, path: str) -> bool:
             best = _best(exp, [st])
             _grid_squares(ax, [st], by, lambda v, best=best: cmap(norm(_gap(exp, v, best))))
         settled = [st for st in mine if st.settled]
-        tuned = [(st.line.template.batch, report_tuning.tuned_lr(plan, st, s)) for st in settled]
-        pts = sorted((b, lr) for b, lr in tuned if lr)
+        lrs = [(st.line.template.batch, tuned.tuned_lr(plan, st, s)) for st in settled]
+        pts = sorted((b, lr) for b, lr in lrs if lr)
         if pts:
             _rule_lines(ax, pts, max(st.line.template.batch for st in mine))
         ax.set_xscale("log", base=2)
