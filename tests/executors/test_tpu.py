@@ -1,5 +1,5 @@
 """``reproduce.py --executor=tpu`` end to end: a pool of two one-worker slices of two sizes on the
-fake gcloud (tests/support/fake_gcloud.py; the launcher, its worker helper and real lbtrain runs are
+fake gcloud (tests/support/fake_gcloud/; the launcher, its worker helper and real lbtrain runs are
 real; Google Cloud is not), run workdirs in a real GCS emulator. One slice is preempted mid-run and
 one run diverges: each run lands on a slice whose devices split its batch, the preempted run resumes
 from its checkpoint on a recreated slice, the diverged run records its failure, every slice is
