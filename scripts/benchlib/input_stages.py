@@ -19,29 +19,8 @@ import numpy as np
 from lbtrain.data import images, jpeg
 
 # --- the old path, as of e2eaa2d (lbtrain/data/images.py before aa011d9): PIL full decode, numpy
-# slice, PIL bilinear resize, flip, float32 normalisation on the host ---------------------------
-
-
-def _old_resize(image: np.ndarray, height: int, width: int) -> np.ndarray:
-    from PIL import Image
-
-    return np.asarray(Image.fromarray(image).resize((width, height), Image.BILINEAR))
-
-
-def _old_random_resized_crop(
-    image: np.ndarray, size: int, rng, area=(0.08, 1.0), ratio=(3 / 4, 4 / 3), attempts=10
-) -> np.ndarray:
-    h, w = image.shape[:2]
-    for _ in range(attempts):
-        target = rng.uniform(*area) * h * w
-        aspect = np.exp(rng.uniform(np.log(ratio[0]), np.log(ratio[1])))
-        cw, ch = int(round(np.sqrt(target * aspect))), int(round(np.sqrt(target / aspect)))
-        if 0 < cw <= w and 0 < ch <= h:
-            top, left = int(rng.integers(0, h - ch + 1)), int(rng.integers(0, w - cw + 1))
-            return _old_resize(image[top : top + ch, left : left + cw], size, size)
-    side = min(h, w)
-    top, left = (h - side) // 2, (w - side) // 2
-    return _old_resize(image[top : top + side, left : left + side], size, size)
+# slice, PIL bilinear resize (what images.random_resized_crop still does to an array, with the same
+# crop box), flip, float32 normalisation on the host ----------------------------------------------
 
 
 def _old_normalize(image: np.ndarray) -> np.ndarray:
@@ -54,7 +33,7 @@ def old_imagenet_train(record: dict, rng, size: int) -> dict:
     """``imagenet_train`` as of e2eaa2d: random resized crop of the decoded array (PIL bilinear),
     random flip, normalised to float32 on the host."""
     image = np.asarray(record["image"], np.uint8)
-    image = _old_random_resized_crop(image, size, rng)
+    image = images.random_resized_crop(image, size, rng)
     if rng.random() < 0.5:
         image = image[:, ::-1]
     return {"image": _old_normalize(image), "label": np.int32(record["label"])}
