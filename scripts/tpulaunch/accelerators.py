@@ -1,6 +1,7 @@
 """The Cloud TPU accelerator types the launcher knows: what a type string such as ``v4-32`` means in
 chips, JAX devices and hosts (TPU VMs: gcloud's workers, one JAX process each), and the runtime
-image its VMs boot. One table for the launcher, the fake gcloud of the tests and the sweep executor.
+image its VMs boot. One table for the launcher and the sweep executor (the tests' fake gcloud writes
+its own facts from Google's pages, and a test holds this table to them).
 
 Sources (Cloud TPU docs, "TPU v5e" and "TPU v6e" pages, "Supported configurations"; the v2-v5p
 system architecture pages; the "TPU software versions" page for the images):
@@ -13,6 +14,8 @@ system architecture pages; the "TPU software versions" page for the images):
   lists v6e-16 as 4 VMs; the v5e page: "each TPU VM in a v5e slice contains 1, 4 or 8 chips", and
   v5litepod-16 is 4 VMs). The docs' "hosts" column counts physical 8-chip machines: 2 for a 16-chip
   slice; what gcloud addresses with --worker, and what this table counts, is VMs.
+* The largest slices: a v2 Pod is 512 TensorCores, a v3 Pod 1,024 chips (2,048 TensorCores), a v4
+  Pod 4,096 chips (8,192), the largest v5p slice 6,144 chips (12,288).
 """
 
 from __future__ import annotations
@@ -35,7 +38,8 @@ class Family:
     single_vm_chips: int  # slices of up to this many chips are one VM ...
     chips_per_vm: int  # ... larger ones are VMs of this many chips
     image: str  # the TPU VM runtime image for JAX
-    sizes: tuple = ()  # the only sizes offered (empty: any whole number of VMs)
+    sizes: tuple = ()  # the only sizes offered (empty: any whole number of VMs up to `largest`)
+    largest: int = 0  # with sizes empty: the largest N offered (a whole Pod)
 
 
 # Slices of v5e / v6e: the shapes their docs list; v2-v5p come in many 3D shapes of whole VMs.
@@ -45,10 +49,10 @@ SMALL_POD_SIZES = (1, 4, 8, 16, 32, 64, 128, 256)
 FAMILIES = {
     f.name: f
     for f in (
-        Family("v2", "v2", "cores", 2, 2, 4, 4, "tpu-ubuntu2204-base"),
-        Family("v3", "v3", "cores", 2, 2, 4, 4, "tpu-ubuntu2204-base"),
-        Family("v4", "v4", "cores", 2, 1, 4, 4, "tpu-ubuntu2204-base"),
-        Family("v5p", "v5p", "cores", 2, 1, 4, 4, "v2-alpha-tpuv5"),
+        Family("v2", "v2", "cores", 2, 2, 4, 4, "tpu-ubuntu2204-base", largest=512),
+        Family("v3", "v3", "cores", 2, 2, 4, 4, "tpu-ubuntu2204-base", largest=2048),
+        Family("v4", "v4", "cores", 2, 1, 4, 4, "tpu-ubuntu2204-base", largest=8192),
+        Family("v5p", "v5p", "cores", 2, 1, 4, 4, "v2-alpha-tpuv5", largest=12288),
         Family("v5litepod", "v5e", "chips", 1, 1, 8, 4, "v2-alpha-tpuv5-lite", SMALL_POD_SIZES),
         Family("v6e", "v6e", "chips", 1, 1, 8, 4, "v2-alpha-tpuv6e", SMALL_POD_SIZES),
     )
@@ -79,7 +83,8 @@ class Accelerator:
 def families_line() -> str:
     """The valid families in words, for error messages."""
     return (
-        "the types are v2-N, v3-N, v4-N, v5p-N (N TensorCores, a multiple of 8), "
+        "the types are v2-N, v3-N, v4-N, v5p-N (N TensorCores, a multiple of 8, up to 512, "
+        "2048, 8192 and 12288), "
         "v5litepod-N (v5e) and v6e-N (N chips: 1, 4, 8, 16, ..., 256)"
     )
 
@@ -95,7 +100,8 @@ def accelerator(accelerator_type: str) -> Accelerator:
         raise LaunchError(f"unknown TPU accelerator type {accelerator_type!r}: {families_line()}")
     size = int(match.group(2))
     if family.counts == "cores":
-        valid = size > 0 and size % (family.cores_per_chip * family.chips_per_vm) == 0
+        whole_vms = size % (family.cores_per_chip * family.chips_per_vm) == 0
+        valid = 0 < size <= family.largest and whole_vms
         chips = size // family.cores_per_chip
     else:
         valid = size in family.sizes

@@ -92,11 +92,6 @@ def test_the_launcher_refuses_the_sizes_google_does_not_offer_up_to_the_largest(
                     accelerator(f"{generation}-{n}")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the launcher's table has no largest slice: it takes v2-520 ... v5p-12296 and beyond, "
-    "larger than a v2 / v3 / v4 Pod or the largest v5p slice",
-)
 @pytest.mark.parametrize("name", ["v2-520", "v3-2056", "v4-8200", "v5p-12296"])
 def test_the_launcher_refuses_a_slice_larger_than_google_offers(name):
     with pytest.raises(LaunchError):
