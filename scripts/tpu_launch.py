@@ -15,7 +15,7 @@ What one launch does, in order (--dry-run prints every command instead of runnin
   3. the install, on every worker, skipped where ~/lbtrain/env already holds this commit
      installed with the same --python, --jax and --extras: uv (https://astral.sh/uv) with a Python
      it downloads itself (--python, default 3.12: the TPU images' own Python 3.10 is older than
-     lbtrain needs), a virtual environment, `jax[tpu]` and lbtrain[offline,gcs] in it;
+     lbtrain needs), a virtual environment, `jax[tpu]` and lbtrain[train,offline,gcs] in it;
   4. the run: processes still holding the TPU from an earlier run are ended, then `lbtrain ARGS`
      starts detached on every worker (it outlives this command and the ssh session), with cwd = the
      unpacked source, LBTRAIN_DISTRIBUTED_AUTO=1 on several hosts (JAX finds them itself) and its

@@ -10,8 +10,9 @@ is an error, as in gcloud), one module each:
 * nodes.py, ``compute tpus tpu-vm create | describe | delete``: a node with as many workers (TPU
   VMs) as its accelerator type has (accelerators.py: Google's tables, written apart from the
   launcher's), or ``workers`` when a test sets it; worker i is the folder
-  ``folder/workers/NAME/wI``, its HOME, with one file ``dev/accelN`` per chip it holds. An
-  accelerator type Cloud TPU does not offer is refused (INVALID_ARGUMENT).
+  ``folder/workers/NAME/wI``, its HOME, with one file ``dev/accelN`` per chip it holds. A type
+  outside those rules (v2-v5p: whole 4-chip hosts up to a Pod or the largest slice, not checked
+  against Google's 3D topologies; v5e / v6e: the listed shapes) is refused (INVALID_ARGUMENT).
 * connect.py, ``tpu-vm ssh | scp``: ``ssh --worker=all|N --command CMD`` runs ``bash -c CMD`` in
   the workers' folders, one local process per worker, all at once, with a clean environment (as on
   a fresh VM) in which JAX on CPU sees the worker's share of the slice's devices (``XLA_FLAGS``),

@@ -47,8 +47,9 @@ class Shape:
 
 
 def shape(accelerator_type: str) -> Shape | None:
-    """The shape of ``accelerator_type`` (``v4-32``), or ``None`` where Cloud TPU offers no such
-    type."""
+    """The shape of ``accelerator_type`` (``v4-32``), or ``None`` outside the rules: v2-v5p in
+    whole 4-chip hosts up to the largest slice (which of those sizes Google's 3D topologies allow
+    is not checked, here or in the launcher), v5e / v6e in the shapes their tables list."""
     match = re.fullmatch(r"([a-z0-9]+)-([0-9]+)", accelerator_type.strip().lower())
     if not match:
         return None
