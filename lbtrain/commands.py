@@ -4,24 +4,41 @@
 models and these commands need the ``train`` extra. Before a command imports any of that, it checks
 that the extra's distributions are installed and otherwise exits with one line naming the extra
 (exit status 1), instead of an ``ImportError`` from deep inside the engine. The check reads the
-installed package's own metadata, so the extra's list lives in pyproject.toml alone.
+installed package's own metadata, so the extra's list lives in pyproject.toml alone. A distribution
+the metadata names may be replaced by another that provides the same modules (``opencv-python`` for
+``opencv-python-headless``): where one is absent, the command imports the engine, and goes on when
+that works.
 """
 
 from __future__ import annotations
 
+import importlib
 import re
 import sys
 from importlib import metadata
 
 EXTRA = "train"
-# a requirement's distribution name (PEP 508), and the marker that puts it in an extra
+# a requirement's distribution name (PEP 508), and the extras its marker names
 _NAME = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)")
-_IN_EXTRA = re.compile(r"""extra\s*==\s*["']([^"']+)["']""")
+_EXTRAS = re.compile(r"""extra\s*==\s*["']([^"']+)["']""")
+# what the two commands import before they run: the engine behind them
+ENGINE = ("lbtrain.main", "lbtrain.loop", "lbtrain.data.prepare.cli")
+
+
+def _applies(marker: str, extra: str) -> bool:
+    """Whether a requirement with ``marker`` is one of ``extra``'s in this interpreter: the marker
+    evaluated where ``packaging`` is importable (Python version and platform markers too), else
+    the extras it names."""
+    try:
+        from packaging.markers import Marker
+    except ImportError:
+        return extra in _EXTRAS.findall(marker)
+    return bool(marker.strip()) and Marker(marker).evaluate({"extra": extra})
 
 
 def extra_requirements(extra: str = EXTRA, dist: str = "lbtrain") -> list[str]:
-    """The distribution names ``dist``'s metadata lists for ``extra`` (``[]`` when ``dist`` has no
-    installed metadata: running from a source tree, nothing to check)."""
+    """The distribution names ``dist``'s metadata lists for ``extra`` here (``[]`` when ``dist``
+    has no installed metadata: running from a source tree, nothing to check)."""
     try:
         requires = metadata.requires(dist) or []
     except metadata.PackageNotFoundError:
@@ -29,9 +46,8 @@ def extra_requirements(extra: str = EXTRA, dist: str = "lbtrain") -> list[str]:
     names = []
     for line in requires:
         requirement, _, marker = line.partition(";")
-        found = _IN_EXTRA.search(marker)
         name = _NAME.match(requirement)
-        if found and found.group(1) == extra and name and name.group(1) != dist:
+        if _EXTRAS.search(marker) and _applies(marker, extra) and name and name.group(1) != dist:
             names.append(name.group(1))
     return names
 
@@ -48,12 +64,18 @@ def missing(extra: str = EXTRA, dist: str = "lbtrain") -> list[str]:
 
 
 def require_train(command: str) -> None:
-    """Exit with one line when the train extra is incomplete."""
+    """Exit with one line when the train extra is incomplete and the engine does not import."""
     absent = missing()
-    if absent:
+    if not absent:
+        return
+    try:
+        for module in ENGINE:
+            importlib.import_module(module)
+    except ImportError as e:
         sys.exit(
             f"{command}: error: this command needs lbtrain's engine, the '{EXTRA}' extra "
-            f"(missing: {', '.join(absent)}): pip install 'lbtrain[{EXTRA}]'"
+            f"(missing: {', '.join(absent)}; importing {e.name or 'it'} failed): "
+            f"pip install 'lbtrain[{EXTRA}]'"
         )
 
 

@@ -7,6 +7,8 @@ import os
 import re
 import tomllib
 
+import pytest
+
 from experiments import ROOT
 from lbtrain import commands
 
@@ -33,3 +35,25 @@ def test_an_extra_not_installed_is_named():
 
 def test_an_unknown_distribution_has_nothing_to_check():
     assert commands.extra_requirements("train", dist="no-such-distribution-here") == []
+
+
+def test_markers_decide_which_requirements_are_the_extras():
+    assert commands._applies('extra == "test" or extra == "train"', "train")
+    assert not commands._applies('extra == "test"', "train")
+    if importlib.util.find_spec("packaging"):  # evaluated: an interpreter the marker excludes
+        assert not commands._applies('python_version < "3" and extra == "train"', "train")
+
+
+def test_a_replaced_distribution_goes_on_when_the_engine_imports(monkeypatch, capsys):
+    # opencv-python in place of opencv-python-headless: the metadata lacks one name, cv2 imports
+    monkeypatch.setattr(commands, "missing", lambda: ["opencv-python-headless"])
+    commands.require_train("lbtrain")  # returns: the engine imports
+    monkeypatch.setattr(commands, "ENGINE", ("lbtrain.main", "no_such_engine_module"))
+    with pytest.raises(SystemExit) as stop:
+        commands.require_train("lbtrain")
+    (line,) = str(stop.value).splitlines()
+    assert line == (
+        "lbtrain: error: this command needs lbtrain's engine, the 'train' extra (missing: "
+        "opencv-python-headless; importing no_such_engine_module failed): "
+        "pip install 'lbtrain[train]'"
+    )

@@ -66,16 +66,16 @@ class Fresh:
         self.gained = set(os.listdir(self.site)) - self.before
 
     def _build(self) -> str:
-        """The wheel, built (pip's isolated build) from a copy of what it is made of, so the
-        checkout gains no build/ or egg-info."""
+        """The wheel, built (pip's isolated build) from a copy of every file git tracks, as they
+        are in the working tree (experiments/, scripts/, tests/ and configs/ included, so the
+        packaging's choice of what to install is what is tested), and the checkout gains no build/
+        or egg-info."""
         src = self.folder / "src"
-        shutil.copytree(
-            os.path.join(ROOT, "lbtrain"),
-            src / "lbtrain",
-            ignore=shutil.ignore_patterns("__pycache__"),
-        )
-        for name in ("pyproject.toml", "README.md"):
-            shutil.copy(os.path.join(ROOT, name), src / name)
+        tracked = _must(_run(["git", "ls-files", "-z"], cwd=ROOT)).stdout.split("\0")
+        for name in filter(None, tracked):
+            if os.path.isfile(os.path.join(ROOT, name)):  # not one deleted in the working tree
+                os.makedirs(src / os.path.dirname(name), exist_ok=True)
+                shutil.copy(os.path.join(ROOT, name), src / name)
         dist = self.folder / "dist"
         _must(
             _run(
