@@ -21,6 +21,9 @@ PACKAGES = (
     "ml-collections",
     "tensorflow-datasets",
 )
+# where this lbtrain's source sits, for the git revision a run records: a checkout when lbtrain is
+# installed from one (-e), site-packages (no git: no commit) for a wheel. Not the experiments' ROOT,
+# which lbtrain, installed alone, cannot import.
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # scripts/tpu_launch.sh copies `git archive` of a commit to the workers (no .git there) and names
 # the commit here
