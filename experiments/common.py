@@ -135,13 +135,18 @@ def seeded(run: Run, seed: int) -> Run:
     return dataclasses.replace(run, name=f"{run.name}_s{seed}", seed=seed, overrides=overrides)
 
 
+def load_run_config(config: str, arg: str = "", overrides: tuple[str, ...] = ()):
+    """The config a run of ``config`` (a path from the repository root) at ``arg`` with
+    ``overrides`` (``--config.a.b=v``) trains with, loaded as ``lbtrain --config=<config>:<arg>
+    <overrides>`` loads it."""
+    spec = os.path.join(ROOT, config) + (f":{arg}" if arg else "")
+    return config_lib.load_config(spec, overrides)
+
+
 @functools.cache
 def recipe_lr(config: str, arg: str = "", overrides: tuple[str, ...] = ()) -> float:
-    """The base LR (``optim.base_lr``) that a run of ``config`` (a path from the repository root)
-    at ``arg`` with ``overrides`` trains with: the config file's own number, loaded as
-    ``lbtrain --config=<config>:<arg> <overrides>`` loads it."""
-    spec = os.path.join(ROOT, config) + (f":{arg}" if arg else "")
-    return float(config_lib.load_config(spec, overrides).optim.base_lr)
+    """The base LR (``optim.base_lr``) that such a run trains with: the config file's own number."""
+    return float(load_run_config(config, arg, overrides).optim.base_lr)
 
 
 def sensitivity_runs(batch: int, arg: str, overrides: tuple[str, ...], base_lr: float, factors):

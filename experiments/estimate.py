@@ -20,7 +20,7 @@ import numpy as np
 from ml_collections import ConfigDict
 
 from experiments import ROOT, tuning
-from experiments.common import Experiment, Plan, Run
+from experiments.common import Experiment, Plan, Run, load_run_config
 from experiments.step_times import StepKey, StepTimes, workload
 from lbtrain import config_lib, optim, setup
 from lbtrain import data as data_lib
@@ -100,8 +100,7 @@ _LOADED: dict[str, Size] = {}  # data block (JSON) -> its loaded size, once per 
 def run_config(exp: Experiment, plan: Plan, run: Run) -> ConfigDict:
     """The config ``run`` trains with: ``--config=<file>:<arg>`` plus its ``--config.a.b=v``
     overrides, applied by ml_collections' config flag as ``lbtrain.main`` applies them."""
-    spec = os.path.join(ROOT, f"{plan.config or exp.config}:{run.arg}")
-    return config_lib.load_config(spec, run.overrides)
+    return load_run_config(plan.config or exp.config, run.arg, run.overrides)
 
 
 def train_size(config: ConfigDict) -> Size:
