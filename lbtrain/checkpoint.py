@@ -201,12 +201,13 @@ class Checkpointer:
         saveable = _to_saveable(state)
         digest = {"format": DIGEST_FORMAT, "leaves": array_digest(saveable)}
         try:
-            with rundir.storage_errors(self.directory, f"save the checkpoint at step {step} in"):
-                items = ocp.args.Composite(state=_StateSave(saveable), digest=_DigestSave(digest))
-                saved = self.manager.save(step, args=items, force=force)
-                self.manager.wait_until_finished()
-        except ValueError as e:
-            why = _store_failure(e)
+            items = ocp.args.Composite(state=_StateSave(saveable), digest=_DigestSave(digest))
+            saved = self.manager.save(step, args=items, force=force)
+            self.manager.wait_until_finished()
+        # a full disk comes as tensorstore's ValueError or, from Orbax's metadata writes, as the
+        # OSError itself (which of them first depends on its threads): one line either way
+        except (ValueError, *rundir.failure_types()) as e:
+            why = _store_failure(e) if isinstance(e, ValueError) else rundir.describe_error(e)
             if why is None:
                 raise
             latest = self.latest_step()

@@ -78,8 +78,9 @@ def path(p: str | os.PathLike) -> epath.Path:
 # ----------------------------------------------------------------------------------------- errors
 
 
-def _cloud_errors() -> tuple[type[BaseException], ...]:
-    """The exception types a gcsfs / google-cloud-storage call raises for a storage failure."""
+def failure_types() -> tuple[type[BaseException], ...]:
+    """The exception types a storage failure is raised as: ``OSError`` (local files), and what a
+    gcsfs / google-cloud-storage call raises."""
     types: list[type[BaseException]] = [OSError]
     with contextlib.suppress(ImportError):
         from gcsfs.retry import HttpError
@@ -134,7 +135,7 @@ def storage_errors(
     path."""
     try:
         yield
-    except _cloud_errors() as e:
+    except failure_types() as e:
         hint = hints[0] if is_cloud(where) else hints[1]
         raise StorageError(
             f"{problem or f'cannot {doing} {where}'} ({describe_error(e)}): {hint}, or choose "

@@ -2,6 +2,7 @@
 and partial checkpoints fall back to the previous step with a warning; non-finite states are never
 saved; two jax.distributed processes write one shared checkpoint."""
 
+import errno
 import os
 import socket
 import subprocess
@@ -161,6 +162,26 @@ def test_full_disk_while_saving_keeps_the_last_checkpoint(tmp_path):
         assert again.all_steps() == [10]
         assert_same(again.restore({"params": {"w": jnp.zeros((64, 64), jnp.float32)}}), small)
         assert sorted(os.listdir(mount / "run" / "checkpoints")) == ["10"]
+
+
+def test_a_full_disk_raised_as_the_oserror_itself_is_the_same_line(tmp_path, monkeypatch):
+    """Orbax's metadata writes may raise the ENOSPC OSError itself before tensorstore's ValueError
+    (which comes first depends on its threads): the same line as above."""
+    ckpt = Checkpointer(str(tmp_path / "run"), every_steps=10)
+    state = {"params": {"w": jnp.ones((4, 4), jnp.float32)}}
+    assert ckpt.save(10, state)
+
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(ckpt.manager, "wait_until_finished", full)
+    with pytest.raises(StorageError) as err:
+        ckpt.save(20, state)
+    assert str(err.value) == (
+        f"cannot save the checkpoint at step 20 in {tmp_path / 'run' / 'checkpoints'} (no space "
+        "left on the device): the checkpoint at step 10 is intact; free space or fix "
+        "permissions, then run the same command again to resume"
+    )
 
 
 MULTIHOST = textwrap.dedent("""
