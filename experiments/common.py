@@ -52,6 +52,8 @@ class Tuning:
     base_lr: float | None = None
     factors: tuple[float, ...] = FACTORS  # x the base LR, i.e. x LEGW's peak LR at every batch size
     widen: int = 2  # times two more points are added beyond an edge the best point sits on
+    # rows="batch": the batch sizes tuned (default: every batch size of the plan, the base's too)
+    batches: tuple[int, ...] = ()
     seeds: tuple[int, ...] = SEEDS  # the best point's seeds
     budgets: tuple[float, ...] = (2.0, 4.0)  # epoch-budget multiples at the largest batch
     # overrides that stretch a schedule not defined relative to the budget (e.g. per-epoch decay)
@@ -74,6 +76,10 @@ class Plan:
     tuning: Tuning | None = None  # the tuned column, if the plan has one
 
 
+class UnknownPlan(Exception):
+    """The experiment has no plan of that name (one line naming its plans)."""
+
+
 @dataclasses.dataclass(frozen=True)
 class Experiment:
     name: str
@@ -90,15 +96,33 @@ class Experiment:
     rows: str = "batch"
     fixed_target: float | None = None  # a target to reach instead of the base-derived one
     local_fixed_target: float | None = None
+    # plans beside full and local, by name (``--plan=<name>``; published as ``<name>_<plan>``),
+    # e.g. ptb_small's paper_model: the paper's model on the embedded corpus
+    more_plans: dict[str, Plan] = dataclasses.field(default_factory=dict)
 
-    def plan(self, local: bool) -> Plan:
-        return self.local if local else self.full
+    def plan_names(self) -> list[str]:
+        return ["full", "local", *self.more_plans]
 
-    def target(self, base_best: list[float], local: bool = False) -> float | None:
+    def plan(self, name: str) -> Plan:
+        """The plan called ``name``: ``full`` (the paper's setup), ``local`` (the scaled-down one)
+        or one of :attr:`more_plans`."""
+        plans = {"full": self.full, "local": self.local, **self.more_plans}
+        if name not in plans:
+            raise UnknownPlan(
+                f"{self.name} has no plan {name!r}; its plans: {', '.join(self.plan_names())}"
+            )
+        return plans[name]
+
+    def tag(self, plan: str) -> str:
+        """The name a plan's results go under: the experiment's for the full plan, else
+        ``<name>_<plan>``."""
+        return self.name if plan == "full" else f"{self.name}_{plan}"
+
+    def target(self, base_best: list[float], plan: str = "full") -> float | None:
         """The metric value that counts as reaching the goal, fixed before the sweep: the fixed
-        target if the experiment has one, else the mean over seeds of the base runs' best value,
-        within ``tolerance``."""
-        fixed = self.local_fixed_target if local else self.fixed_target
+        target if the experiment has one (the local plan's own, where it has one), else the mean
+        over seeds of the base runs' best value, within ``tolerance``."""
+        fixed = self.local_fixed_target if plan == "local" else self.fixed_target
         if fixed is not None:
             return fixed
         if not base_best:
@@ -236,3 +260,14 @@ def sweep(
             )
         )
     return tuple(out)
+
+
+def started_first(runs: tuple[Run, ...], first: tuple[str, ...]) -> tuple[Run, ...]:
+    """``runs`` with those named in ``first`` moved to the front, in that order (the plan's order
+    is its launch order: the scheduler starts a plan's own runs as declared); the rest keep theirs.
+    A name not among ``runs`` is an error, so a renamed run cannot silently fall back."""
+    by_name = {r.name: r for r in runs}
+    missing = [n for n in first if n not in by_name]
+    if missing:
+        raise ValueError(f"started_first: no run {', '.join(missing)} in the plan")
+    return tuple(by_name[n] for n in first) + tuple(r for r in runs if r.name not in first)

@@ -6,7 +6,14 @@ base warmup of 1/32 epoch locally so that LEGW's longest warmup (x64: 2 epochs) 
 first decay step (epoch 4).
 """
 
-from experiments.common import Experiment, Plan, Tuning, per_epoch_decay_stretch, sweep
+from experiments.common import (
+    Experiment,
+    Plan,
+    Tuning,
+    per_epoch_decay_stretch,
+    started_first,
+    sweep,
+)
 from lbtrain.optim import SCHEMES
 
 CONFIG = "configs/ptb_lstm.py"
@@ -15,6 +22,49 @@ LOCAL = ("--config.optim.schedule.warmup_epochs=0.03125", "--config.log_every_st
 
 # the small recipe's decay (x0.5 an epoch from epoch 3: after epoch 4) over x the epochs
 stretch = per_epoch_decay_stretch(3.0, 0.5)
+
+# The paper's PTB-small model and recipe (2x200, 10k vocabulary, T=20, 13 epochs) on the embedded
+# KJV corpus, on a CPU: the base warmup is 1/32 epoch so that LEGW's longest (x64: 2 epochs) ends
+# before the first decay step (after epoch 4); a checkpoint every half epoch, since its runs
+# outlast a sitting of the machine.
+PAPER_MODEL = (
+    "--config.optim.schedule.warmup_epochs=0.03125",
+    "--config.log_every_steps=20",
+    "--config.checkpoint_every_epochs=0.5",
+)
+PAPER_MODEL_BUDGET = (
+    "KJV corpus (737,131 training tokens: PTB-sized), the paper's PTB-small model and recipe "
+    "(2x200 "
+    "LSTM, 10k-word vocabulary, T=20, no dropout, 13 epochs, SGD at lr 1.0 on the window-summed "
+    "loss, clip 5, x0.5 an epoch after epoch 4) with a base warmup of 1/32 epoch (LEGW's longest, "
+    "2 epochs at x64, ends before the first decay step); on two CPU cores a run takes 20-50 "
+    "minutes, so 3 seeds for the base and LEGW columns and one for the others"
+)
+# the launch order: the claim's columns first (base, LEGW at x16 and x64, the baselines at x64),
+# then their other seeds, the ablations and sensitivity at x64, the noise run, the baselines at
+# x16; the ablations at x16 last (the first runs left out if the plan outgrows its budget)
+CLAIM_FIRST = (
+    "b20_base_s0",
+    "b1280_legw_s0",
+    "b320_legw_s0",
+    "b1280_linear_s0",
+    "b1280_sqrt_s0",
+    "b1280_none_s0",
+    "b20_base_s1",
+    "b1280_legw_s1",
+    "b20_base_s2",
+    "b1280_legw_s2",
+    "b320_legw_s1",
+    "b320_legw_s2",
+    "b1280_linear_legw_warmup_s0",
+    "b1280_sqrt_const_warmup_s0",
+    "b1280_legw_lr0.5_s0",
+    "b1280_legw_lr2_s0",
+    "b20_noise",
+    "b320_linear_s0",
+    "b320_sqrt_s0",
+    "b320_none_s0",
+)
 
 
 EXPERIMENT = Experiment(
@@ -37,6 +87,32 @@ EXPERIMENT = Experiment(
             "and 2 budget runs at 1280: `--estimate` lists them with their steps",
         ),
     ),
+    more_plans={
+        "paper_model": Plan(
+            started_first(
+                sweep(
+                    20,
+                    (1, 16, 64),
+                    SCHEMES,
+                    "corpus=kjv,size=small",
+                    PAPER_MODEL,
+                    side_seeds=(0,),
+                    config=CONFIG,
+                ),
+                CLAIM_FIRST,
+            ),
+            PAPER_MODEL_BUDGET,
+            caveats="Perplexities are over the KJV's 10k-word vocabulary, not comparable with "
+            "PTB's (the paper's PTB-small: about 115).",
+            tuning=Tuning(
+                epochs=13.0,
+                factors=(0.25, 0.5, 1.0, 2.0, 4.0),
+                stretch=stretch,
+                batches=(320, 1280),
+                cost="",
+            ),
+        ),
+    },
     local=Plan(
         sweep(
             20,

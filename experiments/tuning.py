@@ -80,6 +80,8 @@ def lines(exp: Experiment, plan: Plan) -> list[Line]:
             for r in plan.runs
             if r.seed == 0 and (r.role == "base" or (r.role == "sweep" and r.scheme == "legw"))
         ]
+        if t.batches:
+            picks = [r for r in picks if r.batch in t.batches]
         largest = max(r.batch for r in picks)
         for r in sorted(picks, key=lambda r: r.batch):
             out.append(

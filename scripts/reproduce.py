@@ -23,14 +23,15 @@ plots.
     python scripts/reproduce.py --experiment=gnmt --plan=local --render
     python scripts/reproduce.py --experiment=ptb_small --plan=local --only=b20_base_s0,b1280_legw_s0
 
-``--plan`` picks which of the experiment's plans runs (``full``, the default, or ``local``);
+``--plan`` picks which of the experiment's plans runs (``full``, the default, ``local``, or one
+the experiment adds: ``ptb_small``'s ``paper_model``);
 ``--executor`` picks what starts its runs (``local``: processes on this machine, its CPU or its
 GPUs; ``tpu``: Cloud TPU slices). Each run trains in its own workdir (``<runs_dir>/<run name>``,
-default ``runs/<name>[_local]``). A run with ``results.json`` is finished and skipped; a killed
+default ``runs/<name>[_<plan>]``). A run with ``results.json`` is finished and skipped; a killed
 run resumes from its last checkpoint when run again. A finished run's ``config.json``,
 ``metrics.jsonl``, ``results.json`` and ``provenance.json`` (not its checkpoints) are copied to
-``experiments/results/<name>[_local]/runs/<run>/``, and the tables and plots
-(``<name>[_local].md``, ``.csv``, ``_*.png``) are rendered from those files alone
+``experiments/results/<name>[_<plan>]/runs/<run>/``, and the tables and plots
+(``<name>[_<plan>].md``, ``.csv``, ``_*.png``) are rendered from those files alone
 (:mod:`experiments.report`): ``--render`` rebuilds them, byte for byte, from what is committed
 (the plots need ``lbtrain[plots]``: without matplotlib the pages and CSVs are written and one line
 says so). ``--results=DIR`` publishes and reads the per-run files under ``DIR`` instead;
@@ -62,6 +63,7 @@ from absl import flags
 from checkout import ROOT  # beside this script: puts the repository on sys.path
 
 from experiments import catalog, estimate, probe, report, runfiles
+from experiments.common import UnknownPlan
 from experiments.step_times import StepTimes
 from experiments.sweep import executors, scheduler
 from experiments.sweep.executors.base import Context, ExecutorError
@@ -73,12 +75,12 @@ _EXPERIMENT = flags.DEFINE_string(
     "Name in experiments/, a path to an experiment file, or all (with --render).",
     required=True,
 )
-_PLAN = flags.DEFINE_enum(
+_PLAN = flags.DEFINE_string(
     "plan",
     "full",
-    ["full", "local"],
-    "Which of the experiment's plans: full (the paper's setup) or local (the scaled-down one that "
-    "fits a CPU). Where the runs go is --executor's choice, not this flag's.",
+    "Which of the experiment's plans: full (the paper's setup), local (the scaled-down one that "
+    "fits a CPU) or one the experiment adds (ptb_small: paper_model, the paper's model on the "
+    "embedded corpus). Where the runs go is --executor's choice, not this flag's.",
 )
 _EXECUTOR = flags.DEFINE_enum(
     "executor",
@@ -107,7 +109,7 @@ _DATA_DIR = flags.DEFINE_string(
 )
 _ONLY = flags.DEFINE_list("only", [], "Run (and render) only these run names.")
 _RUNS_DIR = flags.DEFINE_string(
-    "runs_dir", "", "Where the run workdirs go (default runs/<name>[_local]); local or gs://."
+    "runs_dir", "", "Where the run workdirs go (default runs/<name>[_<plan>]); local or gs://."
 )
 _RESULTS = flags.DEFINE_string(
     "results",
@@ -164,21 +166,18 @@ _EXTRA = flags.DEFINE_multi_string(
 )
 
 
-def tag(exp, local: bool) -> str:
-    return f"{exp.name}_local" if local else exp.name
-
-
-def render_one(exp, local: bool, results: str, out_dir: str) -> bool:
-    """Render ``<out_dir>/<name>[_local].{md,csv}`` and its plots from the runs published under
+def render_one(exp, plan_name: str, results: str, out_dir: str) -> bool:
+    """Render ``<out_dir>/<name>[_<plan>].{md,csv}`` and its plots from the runs published under
     ``results``; True when the plots were left out (no matplotlib)."""
-    command = (
-        "python scripts/reproduce.py --experiment=" + exp.name + (" --plan=local" if local else "")
-    )
+    command = "python scripts/reproduce.py --experiment=" + exp.name
+    if plan_name != "full":
+        command += f" --plan={plan_name}"
     os.makedirs(out_dir, exist_ok=True)
-    results_dir = os.path.join(results, tag(exp, local))
-    s = report.render(exp, local, results_dir, os.path.join(out_dir, tag(exp, local)), command)
+    results_dir = os.path.join(results, exp.tag(plan_name))
+    out_prefix = os.path.join(out_dir, exp.tag(plan_name))
+    s = report.render(exp, plan_name, results_dir, out_prefix, command)
     done = sum("final" in r for r in s["rows"])
-    print(f"rendered {done}/{len(s['rows'])} runs -> {os.path.join(out_dir, tag(exp, local))}.md")
+    print(f"rendered {done}/{len(s['rows'])} runs -> {out_prefix}.md")
     return bool(s.get("plots_skipped"))
 
 
@@ -263,26 +262,27 @@ def plan_cost(exp, plan):
 
 def main(argv):
     del argv
-    local = _PLAN.value == "local"
+    plan_name = _PLAN.value
     results = caller_path(_RESULTS.value) or os.path.join(ROOT, "experiments", "results")
     out_dir = caller_path(_OUT.value) or results
     if _EXPERIMENT.value == "all":
         if not _RENDER.value:
             raise SystemExit("reproduce: --experiment=all only renders: add --render")
-        skipped = [
-            render_one(catalog.load(name), local, results, out_dir) for name in catalog.names()
-        ]
+        having = [e for e in map(catalog.load, catalog.names()) if plan_name in e.plan_names()]
+        if not having:
+            raise SystemExit(f"reproduce: --plan={plan_name}: no experiment has that plan")
+        skipped = [render_one(e, plan_name, results, out_dir) for e in having]
         if any(skipped):
             print(NO_PLOTS, flush=True)
         return
     executor_module()  # another executor's flag is refused on every path
     try:
         exp = catalog.load(_EXPERIMENT.value)
-    except catalog.UnknownExperiment as e:
+        plan = exp.plan(plan_name)
+    except (catalog.UnknownExperiment, UnknownPlan) as e:
         raise SystemExit(f"reproduce: {e}") from None
-    plan = exp.plan(local)
-    results_dir = os.path.join(results, tag(exp, local))
-    runs_dir = caller_path(_RUNS_DIR.value) or os.path.join(ROOT, "runs", tag(exp, local))
+    results_dir = os.path.join(results, exp.tag(plan_name))
+    runs_dir = caller_path(_RUNS_DIR.value) or os.path.join(ROOT, "runs", exp.tag(plan_name))
     known = runfiles.all_runs(exp, plan, runfiles.finals(exp, results_dir))
     if _ONLY.value and not set(_ONLY.value) <= {r.name for r in known}:
         unknown = sorted(set(_ONLY.value) - {r.name for r in known})
@@ -308,7 +308,7 @@ def main(argv):
                 return
     except (scheduler.SweepError, ExecutorError) as e:
         raise SystemExit(f"reproduce: {e}") from None
-    if render_one(exp, local, results, out_dir):
+    if render_one(exp, plan_name, results, out_dir):
         print(NO_PLOTS, flush=True)
 
 

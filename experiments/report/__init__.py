@@ -31,15 +31,18 @@ def write_csv(rows: list[dict], path: str) -> None:
             w.writerow({k: r.get(k) for k in keys})
 
 
-def render(exp: Experiment, local: bool, results_dir: str, out_prefix: str, command: str) -> dict:
+def render(
+    exp: Experiment, plan_name: str, results_dir: str, out_prefix: str, command: str
+) -> dict:
     """Summarise the runs under ``results_dir/runs`` and write ``out_prefix``.csv/.md/_*.png (the
-    PNGs only where matplotlib can be imported: ``plots_skipped`` in the summary says when not)."""
-    plan = exp.plan(local)
-    s = numbers.summarize(exp, plan, results_dir, local)
+    PNGs only where matplotlib can be imported: ``plots_skipped`` in the summary says when not);
+    ``plan_name`` names the experiment's plan (``full``, ``local``, ...)."""
+    plan = exp.plan(plan_name)
+    s = numbers.summarize(exp, plan, results_dir, plan_name)
     if plan.tuning:
         s["tuned"] = tuned.tuned_cells(exp, plan, s)
     write_csv(s["rows"], out_prefix + ".csv")
-    page.write_markdown(exp, plan, s, out_prefix + ".md", local, command)
+    page.write_markdown(exp, plan, s, out_prefix + ".md", plan_name, command)
     if any("final" in r for r in s["rows"]) and not plots.available():
         s["plots_skipped"] = True  # the page and the CSV do not depend on the plots
     elif any("final" in r for r in s["rows"]):

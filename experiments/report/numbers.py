@@ -126,7 +126,7 @@ def noise_scale(d: dict | None) -> list[dict]:
     return out
 
 
-def summarize(exp: Experiment, plan: Plan, results_dir: str, local: bool) -> dict:
+def summarize(exp: Experiment, plan: Plan, results_dir: str, plan_name: str) -> dict:
     loaded: dict[str, dict | None] = {}  # each run's files, read once for the tuning and the rows
 
     def read(name: str) -> dict | None:
@@ -139,7 +139,7 @@ def summarize(exp: Experiment, plan: Plan, results_dir: str, local: bool) -> dic
     data = {r.name: read(r.name) for r in runs}
     bases = [r for r in runs if r.role == "base"]
     base_best = [summarize_run(exp, r, data[r.name], None).get("best") for r in bases]
-    target = exp.target([b for b in base_best if b is not None], local)
+    target = exp.target([b for b in base_best if b is not None], plan_name)
     rows = [summarize_run(exp, r, data[r.name], target) for r in runs]
     noise = next((noise_scale(data[r.name]) for r in runs if r.role == "noise"), [])
     # "final": name -> final value, what the tuning's stages were decided from

@@ -52,7 +52,7 @@ def hardware(s: dict, rows: list[dict]) -> list[dict]:
     return out
 
 
-def caveats(exp: Experiment, plan: Plan, s: dict, local: bool) -> list[str]:
+def caveats(exp: Experiment, plan: Plan, s: dict, plan_name: str) -> list[str]:
     rows = [r for r in s["rows"] if "final" in r]
     prov = next(
         (s["data"][r["run"]]["provenance"] for r in rows if s["data"][r["run"]]["provenance"]), {}
@@ -69,7 +69,7 @@ def caveats(exp: Experiment, plan: Plan, s: dict, local: bool) -> list[str]:
         + (
             " This is the scaled-down local plan, not the paper's setup: it tests the scaling rule "
             "on data and models that fit two CPU cores."
-            if local
+            if plan_name == "local"
             else ""
         ),
         seeds_line(rows),
@@ -168,21 +168,22 @@ def group_table(exp: Experiment, s: dict, agg: dict) -> list[str]:
     return lines
 
 
-def title_lines(exp: Experiment, plan: Plan, s: dict, local: bool, command: str) -> list[str]:
+def title_lines(exp: Experiment, plan: Plan, s: dict, plan_name: str, command: str) -> list[str]:
     """The title, "Read this first" (caveats and the tuned-LR verdicts), the claim, the command and
     the target with its rule."""
     m, target = exp.metric, s["target"]
     better = "higher" if exp.direction == "max" else "lower"
     lines = [
-        f"# {exp.name}{' (local)' if local else ''}: {m} on {exp.split} ({better} is better)",
+        f"# {exp.name}{'' if plan_name == 'full' else f' ({plan_name})'}: {m} on {exp.split} "
+        f"({better} is better)",
         "",
     ]
     verdicts = [f"- LEGW against a tuned peak LR at {v}" for v in tuned.verdicts(exp, plan, s)]
-    lines += caveats(exp, plan, s, local) + verdicts
+    lines += caveats(exp, plan, s, plan_name) + verdicts
     lines += ["", f"Paper's claim: {exp.claim}.", "", f"Command: `{command}`", ""]
     rule = (
         "fixed"
-        if exp.target([], local) is not None
+        if exp.target([], plan_name) is not None
         else (
             f"the base runs' mean best {m} {'-' if exp.direction == 'max' else 'x (1 +'} "
             f"{exp.tolerance:g}"
@@ -289,12 +290,12 @@ def every_run_table(rows: list[dict]) -> list[str]:
 
 
 def write_markdown(
-    exp: Experiment, plan: Plan, s: dict, path: str, local: bool, command: str
+    exp: Experiment, plan: Plan, s: dict, path: str, plan_name: str, command: str
 ) -> None:
     """The page: what to read first, the table(s), the tuned-LR sections, every run, the plots."""
     m, rows = exp.metric, s["rows"]
     agg = cells(exp, rows)
-    lines = title_lines(exp, plan, s, local, command)
+    lines = title_lines(exp, plan, s, plan_name, command)
     if exp.rows == "batch":
         lines += [
             "Each cell: final "

@@ -23,7 +23,7 @@ from experiments import (
 from experiments.common import Plan, Run
 
 EXPERIMENTS = [m.EXPERIMENT for m in (mnist_lstm, ptb_small, ptb_large, gnmt, resnet50, optimizers)]
-PLANS = [(e, local) for e in EXPERIMENTS for local in (False, True)]
+PLANS = [(e, name) for e in EXPERIMENTS for name in e.plan_names()]
 
 
 @pytest.fixture
@@ -40,10 +40,10 @@ def by_name(est):
     return {r.name: r for r in est.rows}
 
 
-@pytest.mark.parametrize("exp,local", PLANS, ids=[f"{e.name}-{int(x)}" for e, x in PLANS])
-def test_lists_every_run_and_the_tunings_upper_bounds(exp, local, rows):
+@pytest.mark.parametrize("exp,plan_name", PLANS, ids=[f"{e.name}-{x}" for e, x in PLANS])
+def test_lists_every_run_and_the_tunings_upper_bounds(exp, plan_name, rows):
     rows(100_000)
-    plan = exp.plan(local)
+    plan = exp.plan(plan_name)
     est = estimate.estimate(exp, plan)
     known = [r.name for r in list(plan.runs) + tuning.runs(exp, plan, lambda name: None)]
     assert [r.name for r in est.rows if r.kind in ("plan", "grid")] == known

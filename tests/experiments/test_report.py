@@ -47,7 +47,7 @@ def test_targets_steps_seeds_divergence_and_noise(tmp_path):
     fake_run(tmp_path, "b10_noise", [0.5], 10, noise=[(1.0, 20.0)] * 20)
 
     exp = experiment()
-    s = numbers.summarize(exp, exp.local, str(tmp_path), local=True)
+    s = numbers.summarize(exp, exp.local, str(tmp_path), "local")
     target = (0.92 + 0.94) / 2 - 0.02  # the base runs' mean best, within the tolerance
     assert math.isclose(s["target"], target)
     rows = {r["run"]: r for r in s["rows"]}
@@ -74,7 +74,11 @@ def test_targets_steps_seeds_divergence_and_noise(tmp_path):
 
     out = str(tmp_path / "fake_local")
     report.render(
-        exp, True, str(tmp_path), out, "python scripts/reproduce.py --experiment=fake --plan=local"
+        exp,
+        "local",
+        str(tmp_path),
+        out,
+        "python scripts/reproduce.py --experiment=fake --plan=local",
     )
     md = open(out + ".md").read()
     assert f"Target: accuracy >= {target:.4g}" in md
@@ -91,7 +95,11 @@ def test_targets_steps_seeds_divergence_and_noise(tmp_path):
         if p.startswith("fake")
     }
     report.render(
-        exp, True, str(tmp_path), out, "python scripts/reproduce.py --experiment=fake --plan=local"
+        exp,
+        "local",
+        str(tmp_path),
+        out,
+        "python scripts/reproduce.py --experiment=fake --plan=local",
     )
     assert {p: open(os.path.join(tmp_path, p), "rb").read() for p in first} == first
 
@@ -138,8 +146,8 @@ def test_side_seeds_run_the_claim_and_base_on_every_seed_and_say_so(tmp_path):
         exp.full,
         Plan(runs, "fake"),
     )
-    s = numbers.summarize(exp, exp.local, str(tmp_path), local=True)
-    line = next(x for x in page.caveats(exp, exp.local, s, True) if x.startswith("- Seeds"))
+    s = numbers.summarize(exp, exp.local, str(tmp_path), "local")
+    line = next(x for x in page.caveats(exp, exp.local, s, "local") if x.startswith("- Seeds"))
     # what finished, grouped: the base on 3 seeds, legw on 2 so far, linear on 1
     assert line.startswith(
         "- Seeds: 3 (0, 1, 2) for `base`; 2 (0, 1) for `legw`; 1 (0) for `linear`. "
@@ -164,8 +172,8 @@ def test_the_page_names_the_hardware_its_runs_used(tmp_path):
         provenance(tmp_path, name, **gpu)
 
     def page_lines():
-        s = numbers.summarize(exp, exp.local, str(tmp_path), local=True)
-        return page.caveats(exp, exp.local, s, True)
+        s = numbers.summarize(exp, exp.local, str(tmp_path), "local")
+        return page.caveats(exp, exp.local, s, "local")
 
     lines = page_lines()
     speedup = next(x for x in lines if x.startswith("- The speedup"))
@@ -190,6 +198,6 @@ def test_the_page_names_the_hardware_its_runs_used(tmp_path):
 
     empty = tmp_path / "empty"
     empty.mkdir()
-    s = numbers.summarize(exp, exp.local, str(empty), local=True)
-    text = "\n".join(page.caveats(exp, exp.local, s, True))
+    s = numbers.summarize(exp, exp.local, str(empty), "local")
+    text = "\n".join(page.caveats(exp, exp.local, s, "local"))
     assert "? CPU cores" not in text and "no hardware is named" in text

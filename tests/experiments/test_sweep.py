@@ -215,7 +215,7 @@ def test_the_scheduler_records_what_an_executor_reports_and_the_executor_writes_
     executor = _ScriptedExecutor(script)
     out = open(tmp_path / "live.txt", "w")
     sweep = scheduler.Sweep(
-        exp, exp.plan(True), executor, str(tmp_path / "runs"), str(tmp_path / "res"),
+        exp, exp.plan("local"), executor, str(tmp_path / "runs"), str(tmp_path / "res"),
         poll_seconds=0.01, out=out,
     )  # fmt: skip
     sweep.run()
@@ -243,7 +243,7 @@ def test_an_interrupt_leaves_a_job_its_executor_keeps_live_recorded_as_running(t
     )  # fmt: skip
     executor = _ScriptedExecutor({"kept": ([], False, True)})
     sweep = scheduler.Sweep(
-        exp, exp.plan(True), executor, str(tmp_path / "runs"), str(tmp_path / "res"),
+        exp, exp.plan("local"), executor, str(tmp_path / "runs"), str(tmp_path / "res"),
         poll_seconds=0.01, out=open(os.devnull, "w"),
     )  # fmt: skip
 

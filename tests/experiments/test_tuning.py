@@ -158,7 +158,7 @@ def test_the_page_holds_the_tuned_cell_the_rule_and_the_verdict(tmp_path):
     fake_run(
         tmp_path, "b40_legw_lr4_ep2x_s0", [0.5, 0.6, 0.8, 0.85, 0.86, 0.87, 0.89, 0.9], 40, 0.8
     )
-    s = numbers.summarize(exp, exp.local, str(tmp_path), local=True)
+    s = numbers.summarize(exp, exp.local, str(tmp_path), "local")
     assert math.isclose(s["target"], 0.9 - 0.02)
     cells = tuned.tuned_cells(exp, exp.local, s)
     # the base's best grid point is x1 (the recipe): 0.9 on both seeds, reaching 0.88 at steps 30
@@ -181,7 +181,7 @@ def test_the_page_holds_the_tuned_cell_the_rule_and_the_verdict(tmp_path):
         "0.07: the failure is the budget's (the tuned LR reaches it with x2 the epochs)."
     )
     out = str(tmp_path / "fake_local")
-    report.render(exp, True, str(tmp_path), out, "cmd")
+    report.render(exp, "local", str(tmp_path), out, "cmd")
     md = open(out + ".md").read()
     assert "| 40 | 0.2 | 0.7 | 0.8 | 0.84 | **0.87** | 0.75 |" in md  # columns x0.5 x1 x2 x4 x8
     assert "| 10 | 0.1 | 0.86 | **0.9** | diverged |  |  |" in md
@@ -197,7 +197,7 @@ def test_the_page_holds_the_tuned_cell_the_rule_and_the_verdict(tmp_path):
     assert "- LEGW against a tuned peak LR at 40: LEGW 0.79" in md
     assert os.path.getsize(out + "_lr_vs_batch.png") > 1000
     first = open(out + ".md", "rb").read(), open(out + "_lr_vs_batch.png", "rb").read()
-    report.render(exp, True, str(tmp_path), out, "cmd")
+    report.render(exp, "local", str(tmp_path), out, "cmd")
     assert (open(out + ".md", "rb").read(), open(out + "_lr_vs_batch.png", "rb").read()) == first
 
 
