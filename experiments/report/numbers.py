@@ -10,7 +10,7 @@ import math
 import statistics
 
 from experiments import runfiles
-from experiments.common import Experiment, Plan
+from experiments.common import Experiment, Plan, load_run_config
 from experiments.runfiles import evals
 
 # runs shown in the tuned column and its sections, not in the scheme cells
@@ -144,6 +144,22 @@ def summarize(exp: Experiment, plan: Plan, results_dir: str, plan_name: str) -> 
     noise = next((noise_scale(data[r.name]) for r in runs if r.role == "noise"), [])
     # "final": name -> final value, what the tuning's stages were decided from
     return {"rows": rows, "data": data, "target": target, "noise": noise, "final": final}
+
+
+def budget_changes(exp: Experiment, plan: Plan, s: dict) -> list[tuple[str, float, float]]:
+    """(run, epochs it trained, epochs its command declares) for every published run whose
+    ``config.json`` has another epoch budget than the plan's command for it gives (e.g. an
+    ``--extra=--config.num_epochs=1`` on the sweep): such numbers are not the plan's."""
+    out = []
+    for run in runfiles.all_runs(exp, plan, s["final"]):
+        d = s["data"].get(run.name)
+        ran = (d or {}).get("config", {}).get("num_epochs")
+        if ran is None:
+            continue
+        declared = load_run_config(plan.config or exp.config, run.arg, run.overrides).num_epochs
+        if not math.isclose(float(ran), float(declared)):
+            out.append((run.name, float(ran), float(declared)))
+    return out
 
 
 def cells(exp: Experiment, rows: list[dict]) -> dict:

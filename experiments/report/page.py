@@ -10,7 +10,7 @@ import statistics
 
 from experiments.common import Experiment, Plan
 from experiments.report import tuned
-from experiments.report.numbers import TUNING_ROLES, cells, mean_se
+from experiments.report.numbers import TUNING_ROLES, budget_changes, cells, mean_se
 from experiments.report.text import PROTOCOL, cell_text, fmt, hardware_text, wall_clock_text
 
 
@@ -82,6 +82,15 @@ def caveats(exp: Experiment, plan: Plan, s: dict, plan_name: str) -> list[str]:
         f"- Protocol: [{PROTOCOL}](../../{PROTOCOL}) (target fixed from the base runs, budget with "
         "slack, ablations, sensitivity). Per-run files: `runs/<run>/` beside this page.",
     ]
+    changed = budget_changes(exp, plan, s)
+    if changed:
+        runs = ", ".join(
+            f"{name} {ran:g} (declared {declared:g})" for name, ran, declared in changed
+        )
+        lines.append(
+            f"- **Other budgets**: {len(changed)} run(s) trained another number of epochs than the "
+            f"plan declares, so their numbers are not the plan's: {runs}."
+        )
     if drop:
         lines.append(
             f"- Each epoch's remainder not filling a batch: at most {max(drop):.1%} of the "

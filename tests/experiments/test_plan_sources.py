@@ -23,7 +23,7 @@ def config_lr(config: str, arg: str) -> float:
 def plans():
     for name in catalog.names():
         exp = catalog.load(name)
-        for plan in (exp.full, exp.local):
+        for plan in map(exp.plan, exp.plan_names()):
             if plan.runs:
                 yield exp, plan
 

@@ -201,3 +201,30 @@ def test_the_page_names_the_hardware_its_runs_used(tmp_path):
     s = numbers.summarize(exp, exp.local, str(empty), "local")
     text = "\n".join(page.caveats(exp, exp.local, s, "local"))
     assert "? CPU cores" not in text and "no hardware is named" in text
+
+
+def test_the_page_names_runs_that_trained_another_budget_than_the_plans(tmp_path):
+    """A sweep run with ``--extra=--config.num_epochs=1`` trains every run for 1 epoch: the page
+    lists each run whose config.json budget differs from the one its command declares."""
+    from experiments.common import load_run_config
+
+    exp = experiment()
+    runs = {r.name: r for r in exp.local.runs}
+    for name in ("b10_base_s0", "b10_base_s1", "b40_legw_s0"):
+        fake_run(tmp_path, name, [0.5, 0.9], runs[name].batch)
+    declared = load_run_config(exp.config, runs["b10_base_s0"].arg).num_epochs
+    assert declared != 1.0  # the file's own budget, not the one the fake runs claim
+    for name, epochs in (("b10_base_s0", declared), ("b40_legw_s0", 1.0)):
+        (tmp_path / "runs" / name / "config.json").write_text(json.dumps({"num_epochs": epochs}))
+
+    def budget_line():
+        s = numbers.summarize(exp, exp.local, str(tmp_path), "local")
+        return [x for x in page.caveats(exp, exp.local, s, "local") if "Other budgets" in x]
+
+    (line,) = budget_line()
+    assert line.endswith(f"plan's: b40_legw_s0 1 (declared {declared:g}).")
+    assert line.startswith("- **Other budgets**: 1 run(s) ")
+    (tmp_path / "runs" / "b40_legw_s0" / "config.json").write_text(
+        json.dumps({"num_epochs": declared})
+    )
+    assert budget_line() == []

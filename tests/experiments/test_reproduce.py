@@ -219,6 +219,10 @@ def test_the_plan_flag_picks_the_plan_and_local_is_refused_in_one_line():
         assert len(lines) > len(plan.runs)
         for line, run in zip(lines, plan.runs, strict=False):
             assert f"--config=configs/mnist_lstm.py:{run.arg}" in line, (line, run)
+    proc = cli("--experiment=mnist_lstm", "--plan=paper_model", "--print-commands")
+    assert proc.returncode != 0 and proc.stdout == ""
+    (line,) = proc.stderr.strip().splitlines()
+    assert line == "reproduce: mnist_lstm has no plan 'paper_model'; its plans: full, local"
     for old in ("--local", "--nolocal", "--local=true"):
         proc = cli("--experiment=mnist_lstm", old, "--print-commands")
         assert proc.returncode != 0 and proc.stdout == ""
@@ -235,9 +239,14 @@ def committed_pages() -> dict[str, bytes]:
     }
 
 
+# the plans with committed pages: every experiment's local plan, ptb_small's paper_model
+COMMITTED_PLANS = ("local", "paper_model")
+
+
 def test_every_committed_page_renders_byte_for_byte_from_its_runs(tmp_path):
-    proc = cli("--experiment=all", "--plan=local", "--render", f"--out={tmp_path}")
-    assert proc.returncode == 0, proc.stderr
+    for plan in COMMITTED_PLANS:
+        proc = cli("--experiment=all", f"--plan={plan}", "--render", f"--out={tmp_path}")
+        assert proc.returncode == 0, proc.stderr
     committed = committed_pages()
     assert sorted(os.listdir(tmp_path)) == sorted(committed)
     for name, data in committed.items():
@@ -257,15 +266,19 @@ def test_without_matplotlib_the_render_writes_the_page_and_csv_and_says_so(tmp_p
     )
     assert check.returncode != 0  # the trick holds in a child process
     out = tmp_path / "out"
-    proc = cli("--experiment=all", "--plan=local", "--render", f"--out={out}", env=env)
-    assert proc.returncode == 0, proc.stderr[-3000:]
     committed = committed_pages()
+    for plan in COMMITTED_PLANS:
+        proc = cli("--experiment=all", f"--plan={plan}", "--render", f"--out={out}", env=env)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        hints = [line for line in proc.stdout.splitlines() if "lbtrain[plots]" in line]
+        # one line where plots would have been drawn (a plan's page has plots once a run ended)
+        has_plots = any(n.endswith(f"_{plan}_curves.png") for n in committed)
+        assert len(hints) == has_plots
+        assert all("matplotlib is not installed" in h for h in hints)
     written = sorted(os.listdir(out))
     assert written == sorted(n for n in committed if not n.endswith(".png"))
     for name in written:
         assert (out / name).read_bytes() == committed[name], name
-    hints = [line for line in proc.stdout.splitlines() if "lbtrain[plots]" in line]
-    assert len(hints) == 1 and "matplotlib is not installed" in hints[0]
 
 
 def test_relative_folders_are_the_callers_not_the_repositorys(tmp_path):
