@@ -19,7 +19,7 @@ from collections.abc import Callable
 import numpy as np
 from ml_collections import ConfigDict
 
-from experiments import ROOT, tuning
+from experiments import ROOT, runfiles, tuning
 from experiments.common import Experiment, Plan, Run, load_run_config
 from experiments.step_times import StepKey, StepTimes, workload
 from lbtrain import config_lib, optim, setup
@@ -440,3 +440,27 @@ def render(est: Estimate) -> str:
         out.append(f"no step time on {device}, {dtype}, accum {accum}, per-chip batch {per}:")
         out.append(f"  {work}")
     return "\n".join(out) + "\n"
+
+
+def against_runs(est: Estimate, results_dir: str) -> str | None:
+    """One line: the wall time the plan's published, finished runs took (summed from their
+    ``provenance.json``) beside the hours the estimate gives the same runs (steps x step time,
+    without evaluations, checkpoints and the start); None where no priced run has finished."""
+    priced = {r.name: r for r in est.rows if r.chip_hours is not None and r.devices}
+    measured = estimated = 0.0
+    count = 0
+    for name, row in sorted(priced.items()):
+        d = runfiles.read_run(runfiles.join(results_dir, "runs", name))
+        wall = ((d or {}).get("provenance") or {}).get("wall_time_s")
+        if not d or not d["finished"] or wall is None:
+            continue
+        measured += wall / 3600
+        estimated += row.chip_hours / row.devices
+        count += 1
+    if not count:
+        return None
+    return (
+        f"finished so far: {count} of these runs took {measured:,.2f} h of wall time summed "
+        f"(their provenance.json); the estimate gives them {estimated:,.2f} h (measured / "
+        f"estimated = {measured / estimated:.2f})"
+    )

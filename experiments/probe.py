@@ -12,6 +12,7 @@ is left out. Evaluation, checkpoints and the start-up are not counted, as in the
 from __future__ import annotations
 
 import dataclasses
+import statistics
 import tempfile
 
 from experiments import runfiles
@@ -78,4 +79,32 @@ def probe(exp: Experiment, plan: Plan, est: Estimate, run_sweep, cache: StepTime
             kind = d["provenance"].get("hardware", {}).get("device_kind", "?")
             cache.put(key, seconds, f"probe {run.name} on {kind}")
             lines.append(f"{run.name}: {seconds * 1e3:.4g} ms an update ({kind})")
+    return lines
+
+
+def from_runs(exp: Experiment, plan: Plan, est: Estimate, results_dir: str, cache: StepTimes):
+    """The step times ``est`` lacks, read from the plan's own finished runs published under
+    ``results_dir`` (their logged train rows, as :func:`probe` reads a short run's): per key the
+    median over the runs with that key. Each is put into ``cache``; returns one line per key."""
+    lines = []
+    for key in est.missing:
+        times, names, kinds = [], [], set()
+        for row in est.rows:
+            if row.key != key:
+                continue
+            d = runfiles.read_run(runfiles.join(results_dir, "runs", row.name))
+            seconds = step_time(d["rows"]) if d and d["finished"] else None
+            if seconds is not None:
+                times.append(seconds)
+                names.append(row.name)
+                kinds.add(d["provenance"].get("hardware", {}).get("device_kind", "?"))
+        if not times:
+            lines.append(f"{key.workload} at {key.per_device_batch}: no finished run to read")
+            continue
+        seconds = statistics.median(times)
+        where = f"median of {len(times)} finished runs ({', '.join(names)}) on {', '.join(kinds)}"
+        cache.put(key, seconds, where)
+        lines.append(
+            f"per-device batch {key.per_device_batch}: {seconds * 1e3:.4g} ms an update, {where}"
+        )
     return lines

@@ -140,6 +140,14 @@ _PROBE = flags.DEFINE_bool(
     "With --estimate and --accelerator: measure the step times it lacks by a short run of each "
     "(about 60 updates) on the executor's hardware, cached in --probe_cache.",
 )
+_TIMES_FROM_RUNS = flags.DEFINE_bool(
+    "times_from_runs",
+    False,
+    "With --estimate and --accelerator: take the step times it lacks from the plan's own finished "
+    "runs published under --results (the median over the runs of each step-time key, from their "
+    "logged rows, as --probe reads its short runs), cached in --probe_cache; the estimate then "
+    "says what the finished runs took beside what it gives them.",
+)
 _PROBE_CACHE = flags.DEFINE_string(
     "probe_cache",
     os.path.join(os.path.expanduser("~"), ".cache", "lbtrain", "step_times.json"),
@@ -338,6 +346,23 @@ def probe_step_times(exp, plan, cost, runs_dir: str):
     return plan_cost(exp, plan)
 
 
+def times_from_runs(exp, plan, cost, results_dir: str):
+    """--times_from_runs: the step times ``cost`` lacks, read from the plan's finished runs and
+    cached in --probe_cache; returns the estimate with them."""
+    if not _ACCELERATOR.value:
+        raise SystemExit(
+            "reproduce: --times_from_runs needs --accelerator (the name its times are kept under)"
+        )
+    cache = (
+        StepTimes.load(_PROBE_CACHE.value) if os.path.isfile(_PROBE_CACHE.value) else StepTimes()
+    )
+    for line in probe.from_runs(exp, plan, cost, results_dir, cache):
+        print(line, flush=True)
+    os.makedirs(os.path.dirname(os.path.abspath(_PROBE_CACHE.value)), exist_ok=True)
+    cache.save(_PROBE_CACHE.value)
+    return plan_cost(exp, plan)
+
+
 def train(exp, plan, runs_dir: str, results_dir: str) -> None:
     """--estimate, or the plan trained by the executor the flags choose; bad input is one line
     before anything starts, and on the tpu executor the plan's cost is printed first."""
@@ -358,7 +383,12 @@ def train(exp, plan, runs_dir: str, results_dir: str) -> None:
         cost = plan_cost(exp, plan)
         if _PROBE.value:
             cost = probe_step_times(exp, plan, cost, runs_dir)
+        if _TIMES_FROM_RUNS.value:
+            cost = times_from_runs(exp, plan, cost, results_dir)
         print(estimate.render(cost), end="")
+        measured = estimate.against_runs(cost, results_dir)
+        if measured:
+            print(measured)
         return
     module = executor_module()
     if _RESET_PREEMPTIONS.value and not getattr(module, "COUNTS_PREEMPTIONS", False):

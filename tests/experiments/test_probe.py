@@ -86,3 +86,46 @@ def test_probe_measures_caches_and_the_next_estimate_reads_the_cache(tmp_path):
     )
     assert "step times from probe probe_b32 on cpu" in second.stdout
     assert f"{hours:.3g} chip-h" in second.stdout
+
+
+def published(root, name: str, times: list[tuple[int, float]], wall_s: float) -> None:
+    """A finished run's published files: logged train rows (step, train_time_s), results and the
+    provenance's wall time."""
+    d = root / "runs" / name
+    d.mkdir(parents=True)
+    rows = [{"step": s, "kind": "train", "train_time_s": t} for s, t in times]
+    (d / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (d / "results.json").write_text(json.dumps({"plan": {}, "run_plan": {}}))
+    (d / "provenance.json").write_text(
+        json.dumps({"wall_time_s": wall_s, "hardware": {"device_kind": "cpu"}})
+    )
+
+
+def test_step_times_from_the_plans_finished_runs_and_the_estimate_against_them(tmp_path):
+    """--times_from_runs: per key the median of the finished runs' step times (three base seeds:
+    0.1, 0.3 and 0.2 s an update after the compiling row), then the estimate of those runs
+    (their updates x 0.2 s) beside the wall time their provenance records."""
+    exp = mnist_lstm.EXPERIMENT
+    plan = exp.full
+    est = estimate.estimate(exp, plan, accelerator="cpu", devices=1, step_times=StepTimes())
+    base = [r for r in est.rows if r.name.startswith("b128_base_s")]
+    assert len(base) == 3 and len({r.key for r in base}) == 1
+    for row, per_step in zip(base, (0.1, 0.3, 0.2), strict=True):
+        published(tmp_path, row.name, [(10, 30.0), (110, 30.0 + 100 * per_step)], 1800.0)
+    cache = StepTimes()
+    lines = probe.from_runs(exp, plan, est, str(tmp_path), cache)
+    seconds, source = cache.get(base[0].key)
+    assert seconds == pytest.approx(0.2)
+    assert source.startswith("median of 3 finished runs (b128_base_s0") and "on cpu" in source
+    assert any(line.startswith("per-device batch 128: 200 ms an update") for line in lines)
+    assert any("no finished run to read" in line for line in lines)  # the other batch sizes
+
+    again = estimate.estimate(exp, plan, accelerator="cpu", devices=1, step_times=cache)
+    hours = 3 * base[0].steps * 0.2 / 3600
+    line = estimate.against_runs(again, str(tmp_path))
+    assert line == (
+        f"finished so far: 3 of these runs took 1.50 h of wall time summed (their "
+        f"provenance.json); the estimate gives them {hours:,.2f} h (measured / estimated = "
+        f"{1.5 / hours:.2f})"
+    )
+    assert estimate.against_runs(again, str(tmp_path / "none")) is None
