@@ -163,9 +163,9 @@ def checksums(files: dict[str, bytes]) -> dict[str, dict]:
 
 
 def md5_table(texts: dict[str, bytes]) -> dict[str, dict]:
-    """PTB's extracted files' table (md5, as recorded for the real ones)."""
+    """PTB's extracted files' table (size and md5, as recorded for the real ones)."""
     return {
-        name: {"size": 0, "digest": "md5:" + hashlib.md5(data).hexdigest()}
+        name: {"size": len(data), "digest": "md5:" + hashlib.md5(data).hexdigest()}
         for name, data in texts.items()
     }
 

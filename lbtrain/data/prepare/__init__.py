@@ -142,7 +142,7 @@ def prepare(name: str, opts: Options) -> str:
     _say(f"terms: {s.terms}", opts.quiet)
     if rundir.is_cloud(opts.root):
         rundir.require_cloud_extra(opts.root)
-    with target.prepare_lock(opts.root, opts.download_dir, name) as held:
+    with target.prepare_lock(opts.root, opts.download_dir, name, quiet=opts.quiet) as held:
         if is_prepared(name, opts.root):
             why = s.check(opts.root)
             if not why:  # another prepare finished while this one waited

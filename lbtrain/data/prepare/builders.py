@@ -16,6 +16,7 @@ The classes are never registered: the real builders keep their names for reading
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import io
 import os
@@ -120,25 +121,30 @@ def wmt16_subsets() -> dict[str, list[str]]:
     return {str(k): list(v) for k, v in wmt16.Wmt16Translate.subsets.fget(holder).items()}
 
 
-def build(builder, download_dir: str | None = None) -> None:
+def build(builder, download_dir: str | None = None, quiet: bool = False) -> None:
     """Write ``builder``'s splits (array_record) into its data folder; TensorFlow is not used.
+    ``quiet``: without TFDS's progress bars and its lines on stdout.
 
     TFDS's writer spills a split of over 1 GB to temporary files through ``tf.io.gfile``, i.e.
     TensorFlow: the split is kept in memory instead (WMT16's train split is about 1.5 GB
     serialized; ImageNet is not written this way)."""
     import tensorflow_datasets as tfds
     from tensorflow_datasets.core import shuffle
+    from tensorflow_datasets.core.utils import tqdm_utils
 
-    previous = shuffle.MAX_MEM_BUFFER_SIZE
+    previous = shuffle.MAX_MEM_BUFFER_SIZE, tqdm_utils._active
     shuffle.MAX_MEM_BUFFER_SIZE = 1 << 62
     try:
-        builder.download_and_prepare(
-            download_dir=download_dir,
-            file_format="array_record",
-            download_config=tfds.download.DownloadConfig(try_download_gcs=False),
-        )
+        with contextlib.redirect_stdout(io.StringIO()) if quiet else contextlib.nullcontext():
+            tfds.display_progress_bar(previous[1] and not quiet)
+            builder.download_and_prepare(
+                download_dir=download_dir,
+                file_format="array_record",
+                download_config=tfds.download.DownloadConfig(try_download_gcs=False),
+            )
     finally:
-        shuffle.MAX_MEM_BUFFER_SIZE = previous
+        shuffle.MAX_MEM_BUFFER_SIZE = previous[0]
+        tfds.display_progress_bar(previous[1])
 
 
 def folder_of(builder) -> str:

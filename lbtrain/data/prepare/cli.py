@@ -8,7 +8,8 @@
     lbtrain-data verify wmt16                # counts per split against the official ones
 
 A mistake a user can fix is one line, ``lbtrain-data: error: ...``, exit status 1 (2 for the
-command line); ``verify`` exits 1 when a count differs from the official one.
+command line); ``verify`` exits 1 when a count differs from the official one. ``prepare --quiet``
+prints nothing but errors and its final line.
 """
 
 from __future__ import annotations
@@ -18,8 +19,26 @@ import errno
 import sys
 
 from lbtrain.data import prepare as prep
-from lbtrain.data.prepare import sources, target
+from lbtrain.data.prepare import download, sources, target
 from lbtrain.errors import LbtrainError
+
+OWN_COPY = """Your own copy of the data (docs/data.md):
+  --from=DIR        take each source file from DIR instead of the network (a node without
+                    internet); the files keep their official names (simple-examples.tgz,
+                    train-images-idx3-ubyte.gz, ...). A different file of that name already in
+                    the download folder is replaced by DIR's copy.
+  --mirror=URL      download each file from URL/<its official name> instead.
+  --checksums=FILE  for files that differ from the official ones (a replica, a subset, a newer
+                    copy): a JSON object keyed by file name, e.g.
+                      {"simple-examples.tgz": {"size": 1234567, "digest": "sha256:<64 hex>"},
+                       "ptb.train.txt": {"size": 5101618, "digest": "md5:<32 hex>"}}
+                    size in bytes (0: not recorded; a download is then bounded at 2 GB),
+                    digest "sha256:<64 hex>" or "md5:<32 hex>". PTB's archive has no published
+                    digest: its three files are checked after extraction, keyed ptb.train.txt,
+                    ptb.valid.txt and ptb.test.txt (official: 5,101,618, 399,782 and 449,945
+                    bytes, torchtext's MD5s). Files it does not name keep the official record.
+  With --checksums, prepare succeeds even where the counts differ from the official ones and
+  prints them; `lbtrain-data verify NAME` then marks each such split DIFF and exits 1."""
 
 
 def _count(text: str) -> int:
@@ -33,6 +52,17 @@ def _count(text: str) -> int:
     return value
 
 
+def _positive(text: str) -> float:
+    """A number > 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number > 0")
+    return value
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="lbtrain-data",
@@ -41,7 +71,7 @@ def _parser() -> argparse.ArgumentParser:
             "ImageNet) in TFDS's layout, without TensorFlow. Every run's data.dir and "
             "reproduce.py's --data_dir read the same root."
         ),
-        epilog=__doc__.split("\n\n")[1],
+        epilog=__doc__.split("\n\n")[1] + "\n\n" + OWN_COPY,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="{list,prepare,verify}")
@@ -56,7 +86,13 @@ def _parser() -> argparse.ArgumentParser:
 
     p_list = sub.add_parser("list", help="each dataset's sources and sizes, and what is prepared")
     data_dir(p_list)
-    p_prep = sub.add_parser("prepare", help="fetch, check and prepare one dataset")
+    p_prep = sub.add_parser(
+        "prepare",
+        help="fetch, check and prepare one dataset",
+        description="Fetch, check and prepare one dataset under the data root.",
+        epilog=OWN_COPY,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p_prep.add_argument("name", choices=list(prep.SPECS))
     data_dir(p_prep)
     p_prep.add_argument(
@@ -82,8 +118,29 @@ def _parser() -> argparse.ArgumentParser:
     p_prep.add_argument(
         "--checksums",
         default="",
-        help="a JSON file {basename: {size, digest}} replacing the recorded checksums of the "
-        "files it names (a replica or a mirror of your own)",
+        help='a JSON file {name: {"size": bytes, "digest": "sha256:<hex>" or '
+        '"md5:<hex>"}} replacing the recorded size and digest of the files it names (a copy '
+        "of your own: see below)",
+    )
+    p_prep.add_argument(
+        "--retries",
+        type=_count,
+        default=5,
+        help="failed download attempts in a row retried, with backoff from 2 s (default 5)",
+    )
+    p_prep.add_argument(
+        "--speed_limit",
+        type=_positive,
+        default=download.SPEED_LIMIT,
+        help="bytes/s: a download slower than this for --speed_time seconds is cut and retried "
+        f"(default {download.SPEED_LIMIT})",
+    )
+    p_prep.add_argument(
+        "--speed_time",
+        type=_positive,
+        default=download.SPEED_TIME,
+        help="seconds of --speed_limit, and of silence, a download is given (default "
+        f"{download.SPEED_TIME:g})",
     )
     p_prep.add_argument(
         "--workers",
@@ -102,7 +159,9 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="imagenet2012: also check the tars' sha256 against TFDS's records (reads 155 GB)",
     )
-    p_prep.add_argument("--quiet", action="store_true", help="no progress bars or status lines")
+    p_prep.add_argument(
+        "--quiet", action="store_true", help="print nothing but errors and the final line"
+    )
     p_verify = sub.add_parser("verify", help="compare a prepared dataset with the official counts")
     p_verify.add_argument("name", choices=list(prep.SPECS))
     data_dir(p_verify)
@@ -161,12 +220,18 @@ def main(argv: list[str] | None = None) -> int:
             workers=args.workers,
             allow_subset=args.allow_subset,
             hash_tars=args.hash_tars,
+            retries=args.retries,
+            pace=download.Pace(args.speed_limit, args.speed_time),
         )
-        prep.prepare(args.name, opts)
+        folder = prep.prepare(args.name, opts)
         ok, lines = prep.verify(args.name, root)
-        for line in lines:
-            print(f"  {line}")
+        if not args.quiet:
+            for line in lines:
+                print(f"  {line}")
         if ok or args.checksums or args.allow_subset:  # files of your own: other counts expected
+            if args.quiet:
+                counts = "the official counts" if ok else "counts other than the official ones"
+                print(f"lbtrain-data: {args.name} prepared in {folder} ({counts})")
             return 0
         print(
             f"lbtrain-data: error: {args.name} was prepared but differs from the official counts "

@@ -10,6 +10,7 @@ folder, the folder's place under the data root and the file that marks it comple
 from __future__ import annotations
 
 import dataclasses
+import errno
 import gzip
 import hashlib
 import json
@@ -20,7 +21,15 @@ from collections.abc import Callable
 
 from lbtrain import rundir
 from lbtrain.data.prepare import builders, imagenet, sources
-from lbtrain.data.prepare.download import Resource, check_file, fetch, file_digest
+from lbtrain.data.prepare.download import (
+    CHECKSUMS_HINT,
+    Pace,
+    Resource,
+    check_file,
+    check_free_space,
+    fetch,
+    file_digest,
+)
 from lbtrain.data.prepare.target import join
 from lbtrain.errors import DataError
 
@@ -39,6 +48,8 @@ class Options:
     workers: int = 0  # imagenet2012: shard-writing processes (0: one per core)
     allow_subset: bool = False  # imagenet2012: tars with fewer classes / files than the official
     hash_tars: bool = False  # imagenet2012: also check the tars' sha256
+    retries: int = 5  # failed download attempts in a row retried before giving up
+    pace: Pace = Pace()  # the slowest transfer accepted before it is cut and retried
 
     def fetch(self, resource: Resource) -> str:
         return fetch(
@@ -46,6 +57,8 @@ class Options:
             self.download_dir,
             mirror=self.mirror,
             from_dir=self.from_dir,
+            retries=self.retries,
+            pace=self.pace,
             quiet=self.quiet,
         )
 
@@ -81,11 +94,16 @@ def _fail_archive(path: str, e: BaseException) -> DataError:
 ARCHIVE_ERRORS = (tarfile.TarError, EOFError, zlib.error, gzip.BadGzipFile)
 
 
-def extract_members(archive: str, wanted: dict[str, str]) -> None:
+def extract_members(
+    archive: str, wanted: dict[str, str], sizes: dict[str, int] | None = None
+) -> None:
     """Extract the members ``wanted`` (member name, with or without ``./`` -> destination file)
     of the tar ``archive``, streaming (nothing else is written); one line if the archive is
-    damaged or lacks one of them."""
+    damaged or lacks one of them. ``sizes`` (destination -> bytes, 0: not recorded) bounds each
+    member: one of another size is refused before its first byte is written; a member without a
+    recorded size must fit the free space."""
     normal = {m.removeprefix("./"): dest for m, dest in wanted.items()}
+    sizes = sizes or {}
     found = set()
     try:
         with tarfile.open(archive, "r:*") as tar:
@@ -94,9 +112,16 @@ def extract_members(archive: str, wanted: dict[str, str]) -> None:
                 if name in normal and member.isfile():
                     dest = normal[name]
                     os.makedirs(os.path.dirname(dest), exist_ok=True)
-                    with tar.extractfile(member) as src, open(dest, "wb") as out:
-                        while chunk := src.read(1 << 22):
-                            out.write(chunk)
+                    expected = sizes.get(dest, 0)
+                    if expected and member.size != expected:
+                        os.remove(archive)
+                        raise DataError(
+                            f"archive {archive}: member {name} is {member.size:,} bytes, "
+                            f"expected {expected:,}: it is not the recorded file; deleted the "
+                            f"archive before extracting that member; {CHECKSUMS_HINT}"
+                        )
+                    check_free_space(os.path.dirname(dest), member.size)
+                    _extract(tar, member, dest)
                     found.add(name)
                     if found == set(normal):
                         break
@@ -108,6 +133,19 @@ def extract_members(archive: str, wanted: dict[str, str]) -> None:
             f"archive {archive} has no member {', '.join(missing)}: it is not the official file; "
             "delete it and prepare again"
         )
+
+
+def _extract(tar: tarfile.TarFile, member: tarfile.TarInfo, dest: str) -> None:
+    """Stream ``member`` (at most its header's size: tarfile reads no further) to ``dest``; a full
+    disk names ``dest``."""
+    try:
+        with tar.extractfile(member) as src, open(dest, "wb") as out:
+            while chunk := src.read(1 << 22):
+                out.write(chunk)
+    except OSError as e:
+        if e.errno in (errno.ENOSPC, errno.EDQUOT) and not e.filename:
+            raise OSError(e.errno, e.strerror, dest) from None
+        raise
 
 
 # --- TFDS folders ------------------------------------------------------------------------------
@@ -167,7 +205,7 @@ def build_mnist(opts: Options, staging: str) -> str:
     files = {k: opts.fetch(r) for k, r in _with_overrides(sources.MNIST)(opts).items()}
     try:
         builder = builders.mnist_builder(files, data_dir=os.path.join(staging, "tfds"))
-        builders.build(builder, opts.download_dir)
+        builders.build(builder, opts.download_dir, quiet=opts.quiet)
     except ValueError as e:
         raise DataError(f"MNIST files in {opts.download_dir} are not valid idx files: {e}") from e
     return builders.folder_of(builder)
@@ -204,7 +242,7 @@ def build_wmt16(opts: Options, staging: str) -> str:
         )
         extracted[subset] = folder
     builder = builders.wmt16_builder(extracted, data_dir=os.path.join(staging, "tfds"))
-    builders.build(builder, opts.download_dir)
+    builders.build(builder, opts.download_dir, quiet=opts.quiet)
     return builders.folder_of(builder)
 
 
@@ -213,13 +251,20 @@ def build_wmt16(opts: Options, staging: str) -> str:
 PTB_MANIFEST = "lbtrain-prepared.json"
 
 
+def ptb_resources(opts: Options) -> dict[str, Resource]:
+    """PTB's one download, with ``--checksums``' entry for ``simple-examples.tgz`` if any."""
+    return sources.apply_overrides({"archive": sources.PTB_ARCHIVE}, opts.checksums)
+
+
 def build_ptb(opts: Options, staging: str) -> str:
-    archive = opts.fetch(sources.PTB_ARCHIVE)
+    archive = opts.fetch(ptb_resources(opts)["archive"])
     out = os.path.join(staging, "ptb")
-    extract_members(
-        archive, {member: os.path.join(out, name) for member, name in sources.PTB_FILES.values()}
-    )
     digests = sources.apply_overrides(sources.PTB_DIGESTS, opts.checksums)
+    extract_members(
+        archive,
+        {member: os.path.join(out, name) for member, name in sources.PTB_FILES.values()},
+        {os.path.join(out, name): digests[name].size for _, name in sources.PTB_FILES.values()},
+    )
     manifest = {"source": sources.PTB_ARCHIVE.url, "files": {}}
     for _, name in sources.PTB_FILES.values():
         path = os.path.join(out, name)
@@ -332,7 +377,7 @@ SPECS = {
         folder="ptb",
         marker=PTB_MANIFEST,
         official=sources.OFFICIAL["ptb"],
-        resources=lambda opts: {"archive": sources.PTB_ARCHIVE},
+        resources=ptb_resources,
         build=build_ptb,
         counts=ptb_counts,
         prepared_size="about 5 MB",

@@ -16,7 +16,7 @@ import json
 import os
 import re
 
-from lbtrain.data.prepare.download import Resource
+from lbtrain.data.prepare.download import Resource, human_size
 from lbtrain.errors import DataError
 
 DIGEST = re.compile(r"sha256:[0-9a-f]{64}|md5:[0-9a-f]{32}")
@@ -83,22 +83,27 @@ IMAGENET = {
     ),
 }
 
-PTB_ARCHIVE = Resource("http://www.fit.vutbr.cz/~imikolov/rnnlm/simple-examples.tgz", 0, "")
-# member of simple-examples.tgz -> (file name in <root>/ptb, md5 torchtext records, lines)
+# no published digest; the size is the archive's on Mikolov's page (its three files are checked
+# after extraction, with their sizes below bounding the extraction)
+PTB_ARCHIVE = Resource(
+    "http://www.fit.vutbr.cz/~imikolov/rnnlm/simple-examples.tgz", 34_869_662, ""
+)
+# split -> (member of simple-examples.tgz, file name in <root>/ptb)
 PTB_FILES = {
     "train": ("./simple-examples/data/ptb.train.txt", "ptb.train.txt"),
     "valid": ("./simple-examples/data/ptb.valid.txt", "ptb.valid.txt"),
     "test": ("./simple-examples/data/ptb.test.txt", "ptb.test.txt"),
 }
+# the three files: their sizes and the MD5s torchtext records (keys of --checksums: these names)
 PTB_DIGESTS = {
     "ptb.train.txt": Resource(
-        PTB_ARCHIVE.url, 0, "md5:f26c4b92c5fdc7b3f8c7cdcb991d8420", "ptb.train.txt"
+        PTB_ARCHIVE.url, 5_101_618, "md5:f26c4b92c5fdc7b3f8c7cdcb991d8420", "ptb.train.txt"
     ),
     "ptb.valid.txt": Resource(
-        PTB_ARCHIVE.url, 0, "md5:aa0affc06ff7c36e977d7cd49e3839bf", "ptb.valid.txt"
+        PTB_ARCHIVE.url, 399_782, "md5:aa0affc06ff7c36e977d7cd49e3839bf", "ptb.valid.txt"
     ),
     "ptb.test.txt": Resource(
-        PTB_ARCHIVE.url, 0, "md5:8b80168b89c18661a38ef683c0dc3721", "ptb.test.txt"
+        PTB_ARCHIVE.url, 449_945, "md5:8b80168b89c18661a38ef683c0dc3721", "ptb.test.txt"
     ),
 }
 
@@ -127,7 +132,9 @@ OFFICIAL = {
 def apply_overrides(resources: dict[str, Resource], path: str) -> dict[str, Resource]:
     """``resources`` with the size and digest of every file named in the JSON file ``path``
     (``{"<basename>": {"size": N, "digest": "sha256:..."}}``) replaced: for a replica or a mirror
-    of your own whose files differ from the official ones."""
+    of your own whose files differ from the official ones. A size of 0 means not recorded (the
+    download is then bounded by ``download.UNSIZED_LIMIT``, an extracted member by the free
+    space)."""
     if not path:
         return resources
     try:
@@ -156,13 +163,6 @@ def apply_overrides(resources: dict[str, Resource], path: str) -> dict[str, Reso
 
 def total_size(resources: dict[str, Resource]) -> int:
     return sum(r.size for r in resources.values())
-
-
-def human_size(size: int) -> str:
-    """Bytes as GB (1e9) from 1 GB up, as MB from 1 MB up, else as kB."""
-    if size >= 1e9:
-        return f"{size / 1e9:,.2f} GB"
-    return f"{size / 1e6:,.1f} MB" if size >= 1e6 else f"{size / 1e3:,.1f} kB"
 
 
 def download_text(resources: dict[str, Resource]) -> str:

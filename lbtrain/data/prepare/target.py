@@ -71,7 +71,7 @@ def exists(p: str) -> bool:
         return rundir.path(p).exists()
 
 
-def _take(folder: str, what: str, poll_s: float):
+def _take(folder: str, what: str, poll_s: float, quiet: bool = False):
     """The run-directory lock of ``folder``; while another live prepare holds it, say so once and
     wait. A lock that cannot be written at all is one line naming it."""
     said = False
@@ -79,7 +79,7 @@ def _take(folder: str, what: str, poll_s: float):
         try:
             return rundir.lock(folder, heartbeat_s=30.0, stale_after_s=300.0)
         except rundir.WorkdirLocked:
-            if not said:
+            if not said and not quiet:
                 lock = join(folder, rundir.LOCK_NAME)
                 print(
                     f"lbtrain-data: waiting for another prepare of {what} ({lock})", file=sys.stderr
@@ -99,12 +99,14 @@ class PrepareLock:
     staging folders), each released at the end. :meth:`check` raises if another prepare took
     one over (a heartbeat older than 300 s)."""
 
-    def __init__(self, root: str, download_dir: str, name: str, poll_s: float = 5.0):
-        self.locks = [_take(join(root, LOCK_FOLDER, name), name, poll_s)]
+    def __init__(
+        self, root: str, download_dir: str, name: str, poll_s: float = 5.0, quiet: bool = False
+    ):
+        self.locks = [_take(join(root, LOCK_FOLDER, name), name, poll_s, quiet)]
         local = os.path.join(download_dir, LOCK_FOLDER, name)
         if local != join(root, LOCK_FOLDER, name):
             try:
-                self.locks.append(_take(local, f"{name} in {download_dir}", poll_s))
+                self.locks.append(_take(local, f"{name} in {download_dir}", poll_s, quiet))
             except BaseException:
                 self.release()
                 raise
@@ -119,9 +121,9 @@ class PrepareLock:
 
 
 @contextlib.contextmanager
-def prepare_lock(root: str, download_dir: str, name: str, poll_s: float = 5.0):
+def prepare_lock(root: str, download_dir: str, name: str, poll_s: float = 5.0, quiet: bool = False):
     """Hold :class:`PrepareLock` for ``name`` while the block runs."""
-    held = PrepareLock(root, download_dir, name, poll_s)
+    held = PrepareLock(root, download_dir, name, poll_s, quiet)
     try:
         yield held
     finally:

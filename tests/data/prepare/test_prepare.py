@@ -117,8 +117,8 @@ def test_a_download_cut_mid_file_resumes_with_a_range_request(replicas, tmp_path
 
 def test_a_503_is_retried(replicas, tmp_path, capsys):
     replicas.server.fail_next["/mirror/t10k-labels-idx1-ubyte.gz"] = [503]
-    assert prepare(replicas, "mnist", tmp_path) == 0
-    assert "t10k-labels-idx1-ubyte.gz: HTTP Error 503" in capsys.readouterr().err
+    assert cli.main([a for a in replicas.args("mnist", tmp_path) if a != "--quiet"]) == 0
+    assert "t10k-labels-idx1-ubyte.gz: HTTP 503; retrying in 2 s" in capsys.readouterr().err
 
 
 def test_a_wrong_checksum_is_one_line_and_nothing_is_prepared(replicas, tmp_path, capsys):
@@ -135,7 +135,9 @@ def test_a_wrong_checksum_is_one_line_and_nothing_is_prepared(replicas, tmp_path
     assert err == [
         f"lbtrain-data: error: {name} from {replicas.mirror}/{name} does not match its recorded "
         f"checksum (sha256 {got}, expected {'0' * 64}): deleted {root}/downloads/{name}.part; "
-        "download it again, or check the mirror or folder it came from"
+        "download it again, or check the mirror or folder it came from; a copy of your own "
+        "that differs from the official file needs --checksums=FILE (docs/data.md, 'Your own "
+        "copy of the data')"
     ]
     assert not (root / "downloads" / name).exists()
     assert not (root / "mnist").exists()
