@@ -51,7 +51,18 @@ class DivergedError(LbtrainError):
         self.step = step
 
 
+# what running the same command again cannot get past: a config value, a flag, the data or the
+# device layout must change first. A scheduler does not retry a run that ended on one of these (the
+# run's workdir says so: ERROR_RECORD); storage errors and a held workdir lock may pass by
+# themselves and are retried.
+MUST_FIX = (FlagError, ConfigError, DataError, ShardingError, ResumeError)
+# the file in a run's workdir that names the MUST_FIX error it ended on: {"error": the line lbtrain
+# printed, "type": the class name, "exit": its exit status}
+ERROR_RECORD = "error.json"
+
 __all__ = [
+    "ERROR_RECORD",
+    "MUST_FIX",
     "ConfigError",
     "DataError",
     "DivergedError",

@@ -164,7 +164,8 @@ class _Session:
 
 
 def _iterate(s: _Session, preemption: PreemptionWatch) -> bool:
-    """Train from the state's step to the end; returns False when a preemption stopped it (saved).
+    """Train from the state's step to the end; returns False when a stop request (a preemption,
+    Ctrl-C) stopped it (saved).
 
     The host waits for the device between unlogged steps only to stay at most
     ``parallel.DISPATCH_AHEAD`` steps ahead of it. A logged step's numbers (its metrics
@@ -231,9 +232,9 @@ def train(run, workdir: str, lock=None) -> dict[str, Any]:
         rundir.check_writable(workdir)
         with hosts.workdir_lock(workdir) as lock:
             return train(run, workdir, lock)
-    # SIGTERM is caught from the restore to the last file written: once training has ended, a late
-    # one only lets the closing writes finish (results.json, provenance.json) instead of killing
-    # them midway
+    # SIGTERM and SIGINT are caught from the restore to the last file written: once training has
+    # ended, a late one only lets the closing writes finish (results.json, provenance.json) instead
+    # of killing them midway
     with PreemptionWatch() as preemption:
         s = _Session(run, workdir, lock)
         try:
@@ -252,13 +253,15 @@ def train(run, workdir: str, lock=None) -> dict[str, Any]:
         step, total = int(s.state.step), s.plan.total_steps
         if not finished:
             if s.writer_enabled:
+                stopped = "interrupted" if preemption.interrupted else "preempted"
                 print(
-                    f"preempted at step {step}/{total}: checkpoint saved in "
+                    f"{stopped} at step {step}/{total}: checkpoint saved in "
                     f"{s.checkpoints.directory}; run the same command again to resume",
                     flush=True,
                 )
             return {
                 "preempted": True,
+                "interrupted": preemption.interrupted,
                 "step": step,
                 "plan": dataclasses.asdict(s.plan.optim),
                 "state": s.state,

@@ -8,6 +8,10 @@ Mistakes a user can fix are :mod:`lbtrain.errors` classes, raised where they are
 shown as one line, ``lbtrain: error: <message>`` (``LBTRAIN_TRACEBACK=1`` shows the traceback):
 exit status 2 for the command line (a flag, the config file, its arg, a ``--config.a.b`` key), 1
 once the run has started. Any other exception is a bug and keeps its traceback.
+
+SIGTERM and Ctrl-C (SIGINT) stop a run at its next step with a checkpoint
+(:class:`lbtrain.preemption.PreemptionWatch`): exit status 0 after a SIGTERM, 130 after a Ctrl-C; a
+second Ctrl-C exits at once, keeping nothing since the last checkpoint.
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ from collections.abc import Iterator
 from absl import app, flags
 from ml_collections import ConfigDict, config_flags
 
-from lbtrain.errors import ConfigError, FlagError, LbtrainError
+from lbtrain.errors import ERROR_RECORD, MUST_FIX, ConfigError, FlagError, LbtrainError
 from lbtrain.logs import quiet_library_logs
 
 # ``--config.a.b=v``, ``--config.a.b v`` and ``--noconfig.a.b``, as ml_collections reads them
@@ -104,16 +108,49 @@ def _fail(message: str, code: int = 1):
     sys.exit(code)
 
 
+def _workdir() -> str | None:
+    """``--workdir``, also when the flags' parsing stopped before absl set it."""
+    if flags.FLAGS.is_parsed() and _WORKDIR.value:
+        return _WORKDIR.value
+    args = _CONFIG_FILE.argv
+    for i, arg in enumerate(args):
+        if arg.startswith(("--workdir=", "-workdir=")):
+            return arg.split("=", 1)[1] or None
+        if arg in ("--workdir", "-workdir") and i + 1 < len(args):
+            return args[i + 1]
+    return None
+
+
+def _record_error(e: LbtrainError, line: str, code: int) -> None:
+    """:data:`~lbtrain.errors.ERROR_RECORD` in the workdir for an error that running the command
+    again cannot get past (:data:`~lbtrain.errors.MUST_FIX`): a scheduler reads it and does not
+    retry the run. Best effort: a workdir that cannot be written leaves the line and the exit
+    status alone to say it."""
+    workdir = _workdir()
+    if not isinstance(e, MUST_FIX) or not workdir:
+        return
+    from lbtrain import rundir
+
+    record = {"error": f"lbtrain: error: {line}", "type": type(e).__name__, "exit": code}
+    try:
+        rundir.write_json(rundir.path(workdir) / ERROR_RECORD, record)
+    except (LbtrainError, OSError):
+        pass
+
+
 @contextlib.contextmanager
 def _one_line_errors(code: int) -> Iterator[None]:
     """An :class:`LbtrainError` inside becomes ``lbtrain: error: <message>`` and exit status
-    ``code``; every other exception passes through with its traceback."""
+    ``code`` (recorded in the workdir when the same command cannot get past it); every other
+    exception passes through with its traceback."""
     try:
         yield
     except LbtrainError as e:
         if os.environ.get("LBTRAIN_TRACEBACK"):
             raise
-        _fail(" ".join(str(e).split()) or type(e).__name__, code)
+        line = " ".join(str(e).split()) or type(e).__name__
+        _record_error(e, line, code)
+        _fail(line, code)
 
 
 def parse_flags(argv: list[str]) -> list[str]:
@@ -135,7 +172,7 @@ def parse_flags(argv: list[str]) -> list[str]:
 def main(argv: list[str]) -> None:
     """Validate the config, set up the host and train (``argv``: the program alone)."""
     del argv  # parse_flags refused any argument that is not a flag
-    from lbtrain import config_lib, hostmem, loop, models, parallel
+    from lbtrain import config_lib, hostmem, loop, models, parallel, preemption
 
     quiet_library_logs()
 
@@ -146,7 +183,17 @@ def main(argv: list[str]) -> None:
             mode, models.activation_bytes(_CONFIG.value)
         )  # before JAX's backend starts
         parallel.initialize_distributed(_CONFIG.value.get("distributed"))
-        loop.train_and_evaluate(_CONFIG.value, _WORKDIR.value)
+        try:
+            result = loop.train_and_evaluate(_CONFIG.value, _WORKDIR.value)
+        except KeyboardInterrupt:  # before the loop watches for Ctrl-C: nothing trained yet
+            print(
+                "lbtrain: interrupted before training started: nothing to keep",
+                file=sys.stderr,
+                flush=True,
+            )
+            sys.exit(preemption.INTERRUPTED_EXIT)
+    if result.get("interrupted"):  # Ctrl-C: checkpointed, and said so; the shell's status for it
+        sys.exit(preemption.INTERRUPTED_EXIT)
 
 
 def run() -> None:

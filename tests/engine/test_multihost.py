@@ -36,7 +36,9 @@ def free_port() -> int:
 class Pair:
     """``lbtrain`` as two processes of one distributed run, each logging to its own file."""
 
-    def __init__(self, logs, workdirs, *extra, wrap_second=None, env=None, args=ARGS):
+    def __init__(self, logs, workdirs, *extra, wrap_second=None, env=None, args=ARGS, group=False):
+        """``group``: both processes in one new process group (``self.procs[0]`` leads it), as a
+        shell starts a pipeline, so that a terminal's Ctrl-C can reach both."""
         address = f"127.0.0.1:{free_port()}"
         env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=2", **(env or {}))
         self.logs, self.procs = [], []
@@ -56,9 +58,12 @@ class Pair:
                 cmd = wrap_second(cmd)
             log = os.path.join(logs, f"process{i}.log")
             self.logs.append(log)
+            grouped = {"process_group": self.procs[0].pid if i else 0} if group else {}
             with open(log, "w") as f:
                 self.procs.append(
-                    subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=f, stderr=subprocess.STDOUT)
+                    subprocess.Popen(
+                        cmd, cwd=ROOT, env=env, stdout=f, stderr=subprocess.STDOUT, **grouped
+                    )
                 )
 
     def wait(self, timeout=WAIT) -> list[str]:
@@ -225,6 +230,32 @@ def test_without_the_preemption_service_the_flags_are_gathered(tmp_path):
     step = int(line.split()[3].split("/")[0])
     assert step % 5 == 0 and 20 <= step < TOTAL  # stopped at an agreement step
     assert Checkpointer(str(workdir), EPOCH).latest_step() == step
+
+
+@pytest.mark.slow
+def test_ctrl_c_to_the_process_group_stops_both_at_one_step_and_exits_130(tmp_path):
+    """A terminal's Ctrl-C reaches both processes (JAX's preemption service, on by default, watches
+    SIGTERM only): both checkpoint the same step, exit 130 within seconds, and the run resumes
+    from that step with each step's row once."""
+    workdir = tmp_path / "run"
+    (tmp_path / "logs").mkdir()
+    run = Pair(tmp_path / "logs", [workdir, workdir], group=True)
+    try:
+        wait_for_step(run, workdir, 20)
+        os.killpg(run.procs[0].pid, signal.SIGINT)
+        outs = run.wait(timeout=120)
+    finally:
+        run.kill()
+    assert [p.returncode for p in run.procs] == [130, 130], outs
+    line = next(x for x in outs[0].splitlines() if x.startswith("interrupted at step"))
+    step = int(line.split()[3].split("/")[0])
+    assert step % 5 == 0 and 20 <= step < TOTAL  # stopped at an agreement step
+    assert Checkpointer(str(workdir), EPOCH).latest_step() == step
+    assert [r["step"] for r in train_rows(workdir)] == list(range(5, step + 1, 5))
+
+    outs = run_pair(tmp_path / "resume", workdir)
+    assert f"resuming from the checkpoint at step {step}" in outs[0]
+    assert [r["step"] for r in train_rows(workdir)] == list(range(5, TOTAL + 1, 5))
 
 
 def damage_for_second(checkpoint, spare):
