@@ -133,7 +133,7 @@ def generated(command: list[str], run_name: str) -> str:
     # without --time_limit, --time would come from the estimate, which this test does not make
     assert one("time_limit") or not one("accelerator"), command
     exp = catalog.load(one("experiment"))
-    plan = exp.plan(one("plan", "full") == "local")
+    plan = exp.plan(one("plan", "full"))
     runs_dir = one("runs_dir")
     assert runs_dir.startswith("/"), "the page's example names its runs folder"
     ex = slurm_exec.from_flags(Context(runs_dir, chips=int(one("chips", "0"))), values)

@@ -8,6 +8,7 @@ Python file) unless lbtrain itself is the point; every wait is bounded."""
 import json
 import math
 import os
+import shlex
 import subprocess
 import sys
 import time
@@ -169,28 +170,38 @@ def test_the_batch_script_of_a_multi_node_run(tmp_path):
     )
     run = run_("b512", 512)
     workdir = os.path.join(ex.runs_dir, "b512")
-    script, output = ex.script(run, ["--config=c.py:batch=512", f"--workdir={workdir}"], workdir)
+    argv, script, output = ex.submission(
+        run, ["--config=c.py:batch=512", f"--workdir={workdir}"], workdir
+    )
     assert output == os.path.join(workdir, "stdout.log")
-    lines = script.splitlines()
-    assert lines[0] == "#!/bin/bash"
-    directives = [line for line in lines if line.startswith("#SBATCH ")]
-    assert directives == [
-        "#SBATCH --job-name=lbtrain:b512",
-        f'#SBATCH --comment="lbtrain sweep={tmp_path}/my runs run=b512"',
-        f"#SBATCH --chdir={ROOT}",
-        "#SBATCH --export=ALL",
-        "#SBATCH --requeue",
-        "#SBATCH --open-mode=append",
-        f'#SBATCH --output="{output}"',
-        "#SBATCH --signal=B:USR1@120",
-        "#SBATCH --partition=gpu",
-        "#SBATCH --account=lab",
-        f"#SBATCH --time={math.ceil(2 * 60 * 1.25 + 2 + 10)}",
-        "#SBATCH --nodes=2",
-        "#SBATCH --ntasks=8",
-        "#SBATCH --ntasks-per-node=4",
-        "#SBATCH --gpus-per-node=4",
+    # every option on sbatch's command line (argv: each value as it is), none in the script
+    assert argv == [
+        "sbatch",
+        "--parsable",
+        "--job-name=lbtrain:b512",
+        f"--comment=lbtrain key={ex.run_key('b512')} run=b512",
+        f"--chdir={ROOT}",
+        "--export=ALL",
+        "--requeue",
+        "--open-mode=append",
+        f"--output={output}",
+        "--signal=B:USR1@120",
+        "--partition=gpu",
+        "--account=lab",
+        f"--time={math.ceil(2 * 60 * 1.25 + 2 + 10)}",
+        "--nodes=2",
+        "--ntasks=8",
+        "--ntasks-per-node=4",
+        "--gpus-per-node=4",
     ]
+    lines = script.splitlines()
+    assert lines[:3] == [
+        "#!/bin/bash",
+        f"# lbtrain run b512 of the sweep in {tmp_path}/my runs",
+        "# submitted as sbatch OPTIONS < sbatch.sh, each option a word:",
+    ]
+    assert lines[3 : 3 + len(argv) - 1] == [f"#   {shlex.quote(word)}" for word in argv[1:]]
+    assert len(lines) == len(argv) + 3 and not any(line.startswith("#SBATCH") for line in lines)
     exec_line = lines[-1]
     assert exec_line.startswith(f"exec {sys.executable} -m experiments.sweep.executors.slurm_job ")
     assert "--srun" in exec_line and "--max_requeues=10" in exec_line
@@ -199,8 +210,8 @@ def test_the_batch_script_of_a_multi_node_run(tmp_path):
         "--config.distributed.auto=True"
     )
     # one GPU: one process, no srun
-    one = ex.script(run_("b64", 64), [], workdir)[0]
-    assert "#SBATCH --ntasks=1" in one and "--srun" not in one and "distributed" not in one
+    argv, one, _ = ex.submission(run_("b64", 64), [], workdir)
+    assert "--ntasks=1" in argv and "--srun" not in one and "distributed" not in one
     # the partition's MaxTime bounds an estimated limit, not a given one
     ex.max_seconds = 3600
     assert ex.time_option(run) == "60"
@@ -290,7 +301,7 @@ def test_a_run_is_submitted_followed_to_its_end_and_logs_to_its_workdir(slurm, t
     assert (workdir / "sbatch.sh").read_text().startswith("#!/bin/bash\n")
     shown = slurm.run(["scontrol", "--oneliner", "show", "job", job.job_id]).stdout
     assert "JobName=lbtrain:first " in shown
-    assert f"Comment=lbtrain sweep={ex.runs_dir} run=first " in shown
+    assert f"Comment=lbtrain key={ex.run_key('first')} run=first " in shown
     assert ex.slot_records() == {}
     assert ex.close(interrupted=False) == []
 
@@ -319,8 +330,10 @@ def test_sbatch_and_squeue_variables_of_the_environment_change_nothing(slurm, tm
     code, _ = follow(job, 30)
     assert code == 0 and (workdir / "results.json").exists()
     assert "fake: finished" in (workdir / "stdout.log").read_text() and not elsewhere.exists()
-    script = (workdir / "sbatch.sh").read_text()
-    kept = slurm_exec.sbatch_env({"SBATCH_ACCOUNT": "lab", "SBATCH_OUTPUT": "x"}, script)
+    lines = (workdir / "sbatch.sh").read_text().splitlines()
+    argv = [shlex.split(line[4:])[0] for line in lines if line.startswith("#   ")]
+    assert "--output=" + str(workdir / "stdout.log") in argv
+    kept = slurm_exec.sbatch_env({"SBATCH_ACCOUNT": "lab", "SBATCH_OUTPUT": "x"}, argv)
     assert kept == {"SBATCH_ACCOUNT": "lab"}  # an option the script leaves out keeps its default
 
 

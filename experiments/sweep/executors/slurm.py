@@ -1,7 +1,10 @@
 """The ``slurm`` executor: each run one SLURM batch job, placed by the cluster's own scheduler.
 
-A run's job is submitted with ``sbatch --parsable`` (the batch script on its standard input, a copy
-in ``<workdir>/sbatch.sh``; :func:`batch_script` writes it). The script ``exec``s
+A run's job is submitted with ``sbatch --parsable OPTIONS`` (the batch script on its standard
+input, a copy in ``<workdir>/sbatch.sh``; :meth:`SlurmExecutor.submission` writes both). Every
+option is on sbatch's command line, where each value reaches sbatch as it is: a script's
+``#SBATCH`` lines go through sbatch's own parser, which reads ``#`` as a comment and quotes and
+backslashes as quoting, anywhere in a value. The script ``exec``s
 :mod:`experiments.sweep.executors.slurm_job`, which starts ``lbtrain`` (through ``srun`` when the
 run has several processes), forwards a stop request as SIGTERM so that lbtrain saves a checkpoint,
 and requeues its own job when the time limit stopped a run that has no result yet. The job:
@@ -9,12 +12,13 @@ and requeues its own job when the time limit stopped a run that has no result ye
 - runs at the checkout (``--chdir``) with the caller's environment (``--export=ALL``; a caller's own
   ``SLURM_*`` allocation variables left out), ``--requeue`` (SLURM may requeue it after a node
   failure or a preemption) and ``--open-mode=append``: ``--output`` is the workdir's
-  ``stdout.log``, kept across requeues. For a ``gs://`` workdir the output goes to a shared local
-  folder (``--slurm_log_dir``) and each attempt's part is appended to the workdir's ``stdout.log``
-  when the attempt ends.
-- is named ``lbtrain:<run>`` and carries ``--comment="lbtrain sweep=<runs_dir> run=<run>"``: a
-  restarted scheduler adopts the sweep's live jobs from ``squeue`` (:meth:`SlurmExecutor.adopt`)
-  and never submits a second copy.
+  ``stdout.log``, kept across requeues (each ``%`` of its path written ``%%``: SLURM reads ``%j``
+  and the like as patterns; a path with a backslash is refused, SLURM drops them). For a ``gs://``
+  workdir the output goes to a shared local folder (``--slurm_log_dir``) and each attempt's part
+  is appended to the workdir's ``stdout.log`` when the attempt ends.
+- is named ``lbtrain:<run>`` and carries ``--comment="lbtrain key=<key> run=<run>"``, the key a
+  hash of the runs folder and the run's name: a restarted scheduler adopts the sweep's live jobs
+  from ``squeue`` by it (:meth:`SlurmExecutor.adopt`) and never submits a second copy.
 - gets ``--signal=B:USR1@<margin>``: SIGUSR1 reaches the batch step's main process (slurm_job)
   ``--signal_margin`` seconds before the time limit, and slurm_job passes it on as SIGTERM.
 
@@ -45,6 +49,7 @@ import shutil
 import subprocess
 import sys
 import time
+import unicodedata
 from collections.abc import Callable, Sequence
 
 from experiments import ROOT, runfiles
@@ -78,7 +83,10 @@ STUCK = frozenset(
     "InvalidQOS JobHeldAdmin JobHeldUser PartitionConfig PartitionNodeLimit "
     "PartitionTimeLimit QOSMaxWallDurationPerJobLimit".split()
 )
-# sbatch options the executor sets itself, which --sbatch may not override
+# sbatch options the executor sets itself, which --sbatch may not override (with the flag to use
+# instead, where there is one). sbatch reads any unambiguous prefix of a long option as the option
+# (`--outp` is --output, `--arr` is --array; SLURM 22.05, measured), so a prefix of one of these is
+# refused too (no other option of sbatch 22.05 is itself a prefix of one of them)
 OWNED = {
     "--array": "",
     "--chdir": "",
@@ -90,6 +98,9 @@ OWNED = {
     "--nodes": "--gpus_per_node and --chips",
     "--ntasks": "--chips",
     "--ntasks-per-node": "--gpus_per_node",
+    "--tasks-per-node": "--gpus_per_node",  # sbatch's other name of --ntasks-per-node
+    "--ntasks-per-gpu": "--gpus_per_node",
+    "--ntasks-per-tres": "--gpus_per_node",
     "--open-mode": "",
     "--output": "--slurm_log_dir for a gs:// workdir",
     "--parsable": "",
@@ -110,13 +121,28 @@ OWNED = {
     "--wait": "",
     "--hold": "",
     "--test-only": "",
+    "--help": "",
+    "--usage": "",
+    "--version": "",
+    # a job on another cluster is not in this cluster's squeue: it would be taken for ended
+    "--clusters": "",
+    "--cluster": "",
 }
+# sbatch's short options (22.05, measured): those of OWNED, the others that take an argument (the
+# rest of the word, or the next word; -k takes an optional one) and those that take none, which
+# may be followed by more short options in the same word (-vJ name is -v -J name)
 SHORT = {"-a": "--array", "-D": "--chdir", "-G": "--gpus", "-J": "--job-name", "-N": "--nodes"}
 SHORT |= {"-n": "--ntasks", "-o": "--output", "-p": "--partition", "-A": "--account", "-q": "--qos"}
 SHORT |= {"-C": "--constraint", "-t": "--time", "-e": "--error", "-W": "--wait", "-H": "--hold"}
+SHORT |= {"-M": "--clusters", "-h": "--help", "-V": "--version"}
+SHORT_WITH_ARGUMENT = frozenset("abcdeikmnopqtwxABCDFGJLMNS")
+SHORT_FLAGS = frozenset("hsvHOQVW")
 # sbatch's input environment variables of the options a job's script sets: each would override the
 # script's line (sbatch ranks them above it), so they are left out of sbatch's environment
 OVERRIDES = {"--time": "SBATCH_TIMELIMIT", "--requeue": "SBATCH_NO_REQUEUE"}
+SAFE_NAME = re.compile(r"[^\w.+-]")  # a run's name in a log file's name: no %, backslash or space
+COMMENT = "lbtrain"  # a job's comment: "lbtrain key=<run_key> run=<run>"
+KEY_LENGTH = 16
 SQUEUE_FIELDS = ("JobID", "State", "RestartCnt", "Reason", "NodeList", "Comment")
 
 _TIME = re.compile(r"^(?:(\d+)-(\d+)(?::(\d+)(?::(\d+))?)?|(\d+)(?::(\d+)(?::(\d+))?)?)$")
@@ -180,22 +206,77 @@ def shape(devices: int, gpus_per_node: int) -> Shape:
     return Shape(devices, devices, nodes, gpus_per_node, gpus_per_node)
 
 
-def _directive(option: str) -> str:
-    """``#SBATCH OPTION``, the value in double quotes when it holds spaces."""
-    if "\n" in option or '"' in option:
-        raise ExecutorError(f"{option!r}: a newline or double quote cannot go in a batch script")
-    name, eq, value = option.partition("=")
-    if eq and re.search(r"\s", value):
-        return f'#SBATCH {name}="{value}"'
-    return f"#SBATCH {option}"
+def control_characters(value: str) -> bool:
+    """Whether ``value`` holds a control character (a newline, a tab, ...): one would end the
+    comment line of the batch script that shows it, or a line of ``squeue``'s output."""
+    return any(unicodedata.category(c) == "Cc" for c in value)
 
 
-def batch_script(options: Sequence[str], command: Sequence[str], title: str = "") -> str:
-    """The batch script of a run's job: ``options`` as ``#SBATCH`` lines, then ``exec command``."""
+def refused_option(option: str) -> str:
+    """Why ``option`` (one ``--sbatch`` value) may not go to sbatch, as one line ("": it may):
+    sbatch would read it as an option the executor sets, by sbatch's own rules (a long option's
+    unambiguous prefix is that option; short options without an argument run together: ``-vJ``)."""
+    if not option.startswith("-") or option in ("-", "--"):
+        return f"--sbatch={option}: give sbatch options, one a flag (--sbatch=--mem=32G)"
+    if control_characters(option):
+        return f"--sbatch={option!r}: a control character (a newline, a tab) cannot go to sbatch"
+    if option.startswith("--"):
+        name = option.split("=", 1)[0]
+        hits = [name] if name in OWNED else sorted(o for o in OWNED if o.startswith(name))
+        if len(hits) > 1:
+            return (
+                f"--sbatch={option}: sbatch reads a prefix of an option as the option, and {name} "
+                f"begins {', '.join(hits)}, which the executor sets itself: give another "
+                "option's full name"
+            )
+        if not hits:
+            return ""
+        how = f" (use {OWNED[hits[0]]})" if OWNED[hits[0]] else ""
+        if hits[0] != name:
+            return (
+                f"--sbatch={option}: sbatch reads {name} as {hits[0]} (a prefix that names one "
+                f"option is that option), which the executor sets itself{how}"
+            )
+        return f"--sbatch={option}: the executor sets {name} itself{how}"
+    for i, letter in enumerate(option[1:]):
+        long = SHORT.get("-" + letter)
+        if long:
+            how = f" (use {OWNED[long]})" if OWNED[long] else ""
+            if i:
+                return (
+                    f"--sbatch={option}: sbatch reads its -{letter} as {long}, which the executor "
+                    f"sets itself{how}"
+                )
+            return f"--sbatch={option}: the executor sets {long} itself{how}"
+        if letter not in SHORT_FLAGS:
+            break  # the rest of the word is this option's argument (or sbatch refuses it)
+    return ""
+
+
+def output_option(path: str) -> str:
+    """``path`` as sbatch's ``--output`` value: SLURM reads ``%`` as a file name pattern
+    (``%j``...) and ``%%`` as one ``%``; it drops every backslash (measured on SLURM 22.05), so a
+    path with one is refused (ExecutorError)."""
+    if "\\" in path:
+        raise ExecutorError(
+            f"{path}: SLURM drops every backslash of a job's log path (sbatch --output): give "
+            "the runs a folder without one"
+        )
+    return path.replace("%", "%%")
+
+
+def batch_script(command: Sequence[str], title: str = "", submit: Sequence[str] = ()) -> str:
+    """The batch script of a run's job: a comment with ``title`` and the ``submit`` command (every
+    option is on sbatch's command line, none in ``#SBATCH`` lines, whose parser reads ``#``,
+    quotes, backslashes and spaces in a value), then ``exec command``."""
     lines = ["#!/bin/bash"]
     if title:
         lines.append(f"# {title}")
-    lines += [_directive(o) for o in options]
+    if submit:
+        lines.append(f"# submitted as {submit[0]} OPTIONS < {SCRIPT_NAME}, each option a word:")
+        lines += [f"#   {shlex.quote(word)}" for word in submit[1:]]
+    if any(control_characters(line) for line in lines):  # (the values were checked before)
+        raise ExecutorError(f"{lines!r}: a control character cannot go in a batch script")
     lines.append(f"exec {shlex.join(command)}")
     return "\n".join(lines) + "\n"
 
@@ -207,20 +288,28 @@ def job_env(env: dict[str, str]) -> dict[str, str]:
     return {k: v for k, v in env.items() if not k.startswith("SLURM_") or k == "SLURM_CONF"}
 
 
-def sbatch_env(env: dict[str, str] | None, script: str) -> dict[str, str]:
-    """``env`` (default: this process') without the ``SBATCH_*`` variables that would override an
-    option of ``script`` (``SBATCH_OUTPUT`` over its ``--output``, ``SBATCH_PARTITION`` over the
+def sbatch_env(env: dict[str, str] | None, options: Sequence[str]) -> dict[str, str]:
+    """``env`` (default: this process') without the ``SBATCH_*`` variables of the ``options`` the
+    executor gives sbatch (``SBATCH_OUTPUT`` for ``--output``, ``SBATCH_PARTITION`` for the
     ``--partition`` it names, ...): what the executor set is what the job gets. A site's defaults
-    for options the script leaves out (``SBATCH_ACCOUNT`` without ``--account``) stay."""
+    for options it leaves out (``SBATCH_ACCOUNT`` without ``--account``) stay."""
     env = dict(os.environ if env is None else env)
-    for line in script.splitlines():
-        if line.startswith("#SBATCH --"):
-            option = line.split()[1].split("=", 1)[0]
+    for option in options:
+        if option.startswith("--"):
+            option = option.split("=", 1)[0]
             name = OVERRIDES.get(option, "SBATCH_" + option[2:].upper().replace("-", "_"))
             env.pop(name, None)
             if option == "--requeue":
                 env.pop("SBATCH_REQUEUE", None)
     return env
+
+
+def said(out: subprocess.CompletedProcess) -> str:
+    """What a failed SLURM command said, in one line: its error's lines (its output's when it
+    wrote no error) without sbatch's closing pointer to ``--help``; its exit status if nothing."""
+    lines = [line.strip() for line in (out.stderr or out.stdout or "").splitlines()]
+    lines = [line for line in lines if line and not line.startswith('Try "')]
+    return "; ".join(lines) or f"exit {out.returncode}"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -395,6 +484,7 @@ class SlurmExecutor:
         self.signal_margin, self.max_requeues = signal_margin, max_requeues
         self.cancel_on_interrupt, self.poll_seconds = cancel_on_interrupt, poll_seconds
         self.log_dir = os.path.abspath(log_dir or LOG_DIR)
+        self.cloud = rundir.is_cloud(runs_dir)
         self.program = tuple(program)
         self.env = job_env(dict(os.environ if env is None else env))
         self._validate()
@@ -435,14 +525,27 @@ class SlurmExecutor:
                 f"{self.signal_margin} s: the run would be asked to stop as it starts",
             )
         for option in self.sbatch:
-            need(option.startswith("-"), f"--sbatch={option}: give sbatch options (--mem=32G)")
-            name = option.split("=", 1)[0]
-            name = SHORT.get(name[:2], name) if not name.startswith("--") else name
-            if name in OWNED:
-                how = f" (use {OWNED[name]})" if OWNED[name] else ""
-                raise ExecutorError(f"--sbatch={option}: the executor sets {name} itself{how}")
-        for value in (self.runs_dir, self.log_dir, self.partition, self.constraint):
-            need('"' not in value and "\n" not in value, f"{value!r}: no double quotes, please")
+            refused = refused_option(option)
+            need(not refused, refused)
+        for flag, value in (
+            ("--runs_dir", self.runs_dir),
+            ("--slurm_log_dir", self.log_dir),
+            ("--partition", self.partition),
+            ("--account", self.account),
+            ("--qos", self.qos),
+            ("--constraint", self.constraint),
+        ):
+            need(
+                not control_characters(value),
+                f"{flag}={value!r}: a control character (a newline, a tab) cannot go to SLURM",
+            )
+        # the jobs' log: in the workdir (under the runs folder), or for gs:// in --slurm_log_dir
+        logs = ("--slurm_log_dir", self.log_dir) if self.cloud else ("--runs_dir", self.runs_dir)
+        need(
+            "\\" not in logs[1],
+            f"{logs[0]}={logs[1]}: SLURM drops every backslash of a job's log path (sbatch "
+            "--output): choose a folder without one",
+        )
 
     def command(self, argv: list[str], timeout: float = 120) -> int:
         """A SLURM command's exit status (its output discarded)."""
@@ -474,6 +577,7 @@ class SlurmExecutor:
                 0
             ]
             raise ExecutorError(f"slurm: no SLURM controller answers (scontrol ping: {said})")
+        self.check_names(runs)
         try:
             rundir.check_writable(self.runs_dir)
         except rundir.StorageError as e:
@@ -489,10 +593,21 @@ class SlurmExecutor:
         for run in runs:
             self._check_run(run, part)
 
+    def check_names(self, runs: Sequence[Run]) -> None:
+        """A run's name goes to its job's name and comment and, locally, into its log's path."""
+        for run in runs:
+            if control_characters(run.name):
+                raise ExecutorError(f"slurm: run {run.name!r}: a control character in its name")
+            if not self.cloud and "\\" in run.name:
+                raise ExecutorError(
+                    f"slurm: run {run.name}: SLURM drops every backslash of a job's log path "
+                    "(sbatch --output), and the run's log is in its workdir"
+                )
+
     def _partition(self) -> _Partition:
         out = self._run(["scontrol", "--all", "--oneliner", "show", "partition"], timeout=60)
         if out.returncode != 0:
-            raise ExecutorError(f"slurm: scontrol show partition failed: {out.stderr.strip()}")
+            raise ExecutorError(f"slurm: scontrol show partition failed: {said(out)}")
         parts = []
         for line in out.stdout.splitlines():
             fields = dict(f.split("=", 1) for f in line.split() if "=" in f)
@@ -523,7 +638,7 @@ class SlurmExecutor:
             ["sinfo", "--noheader", "--Node", f"--partition={name}", "--format=%N|%c|%G"]
         )
         if info.returncode != 0:
-            raise ExecutorError(f"slurm: sinfo failed: {info.stderr.strip()}")
+            raise ExecutorError(f"slurm: sinfo failed: {said(info)}")
         nodes = {}
         for line in info.stdout.splitlines():
             node, cpus, gres = (line.split("|") + ["", "", ""])[:3]
@@ -601,11 +716,20 @@ class SlurmExecutor:
         """A short tag of the sweep (its runs folder) for names in the shared log folder."""
         return hashlib.sha1(self.runs_dir.encode()).hexdigest()[:8]
 
+    def run_key(self, name: str) -> str:
+        """The key of run ``name`` of this sweep in its job's comment: a hash of the runs folder
+        and the name, which no character of either can break (adopt() finds the jobs by it)."""
+        return hashlib.sha256(f"{self.runs_dir}\0{name}".encode()).hexdigest()[:KEY_LENGTH]
+
+    def comment(self, name: str) -> str:
+        return f"{COMMENT} key={self.run_key(name)} run={name}"
+
     def options(self, run: Run, output: str) -> list[str]:
-        """The ``#SBATCH`` options of ``run``'s job, its output in ``output``."""
+        """sbatch's options for ``run``'s job, its output in ``output`` (on sbatch's command line,
+        where each value reaches sbatch as it is)."""
         out = [
             f"--job-name=lbtrain:{run.name}",
-            f"--comment=lbtrain sweep={self.runs_dir} run={run.name}",
+            f"--comment={self.comment(run.name)}",
             f"--chdir={ROOT}",
             "--export=ALL",
             "--requeue",
@@ -624,8 +748,9 @@ class SlurmExecutor:
                 out.append(f"--{flag}={value}")
         return out + self.shape(run).options()
 
-    def script(self, run: Run, args: Sequence[str], workdir: str) -> tuple[str, str]:
-        """The batch script of ``run``'s job and its ``--output`` file."""
+    def submission(self, run: Run, args: Sequence[str], workdir: str) -> tuple[list[str], str, str]:
+        """The sbatch command of ``run``'s job, its batch script and its output file;
+        ExecutorError (one line) for a workdir SLURM cannot write the log to."""
         sh = self.shape(run)
         args = list(args)
         if sh.tasks > 1:
@@ -636,24 +761,37 @@ class SlurmExecutor:
         if sh.tasks > 1:
             job.append("--srun")
         if rundir.is_cloud(workdir):
-            output = os.path.join(self.log_dir, f"{run.name}.{self.key()}.%j.log")
+            name = f"{SAFE_NAME.sub('_', run.name)}.{self.key()}"
+            output = os.path.join(self.log_dir, f"{name}.%j.log")
+            option = os.path.join(output_option(self.log_dir), f"{name}.%j.log")
             job.append(f"--log={output}")
         else:
             output = os.path.join(wd, runfiles.LOG_NAME)
+            option = output_option(output)
+        if control_characters(wd):
+            raise ExecutorError(f"slurm: --workdir={wd!r}: a control character in the path")
         job += ["--", *self.program, *args]
         title = f"lbtrain run {run.name} of the sweep in {self.runs_dir}"
-        return batch_script(self.options(run, output), job, title), output
+        argv = ["sbatch", "--parsable", *self.options(run, option), *self.sbatch]
+        return argv, batch_script(job, title, argv), output
+
+    def script(self, run: Run, args: Sequence[str], workdir: str) -> tuple[str, str]:
+        """The batch script of ``run``'s job and its output file."""
+        _, script, output = self.submission(run, args, workdir)
+        return script, output
 
     def start(self, slot: Slot, run: Run, args: list[str], workdir: str, past) -> SlurmJob:
-        script, output = self.script(run, args, workdir)
+        try:
+            argv, script, output = self.submission(run, args, workdir)
+        except ExecutorError as e:
+            runfiles.append_log(workdir, f"{e}\n".encode())
+            return _Refused(str(e))
         os.makedirs(os.path.dirname(output), exist_ok=True)
         rundir.write_bytes(runfiles.join(workdir, SCRIPT_NAME), script.encode())
         since = time.monotonic()
-        out = self._run(
-            ["sbatch", "--parsable", *self.sbatch], input=script, env=sbatch_env(self.env, script)
-        )
+        out = self._run(argv, input=script, env=sbatch_env(self.env, argv))
         if out.returncode != 0:
-            error = (out.stderr.strip().splitlines() or [f"exit {out.returncode}"])[-1]
+            error = said(out)
             line = f"sbatch refused the job of run {run.name}: {error}\n"
             runfiles.append_log(workdir, line.encode())
             return _Refused(error)
@@ -687,22 +825,32 @@ class SlurmExecutor:
         argv = ["squeue", "--noheader", user, "--states=all", f"--Format={fmt}"]
         out = self._run(argv, 60, env=env)
         if out.returncode != 0:
-            self.error = (out.stderr.strip().splitlines() or [f"exit {out.returncode}"])[-1]
+            self.error = said(out)
             return
-        mine = f"lbtrain sweep={self.runs_dir} run="
         rows = {}
         for line in out.stdout.splitlines():
             parts = line.rstrip("\n").split("|", len(SQUEUE_FIELDS) - 1)
             if len(parts) < len(SQUEUE_FIELDS):
                 continue
             job_id, state, restarts, reason, nodes, comment = (p.strip() for p in parts)
-            comment = comment[:-1] if comment.endswith("|") else comment
-            if not comment.startswith(mine):
+            run = self.run_of(comment[:-1] if comment.endswith("|") else comment)
+            if run is None:
                 continue
             state = state.split()[0] if state else ""
             count = int(restarts) if restarts.isdigit() else 0
-            rows[job_id] = _Row(job_id, state, count, reason, nodes, comment[len(mine) :])
+            rows[job_id] = _Row(job_id, state, count, reason, nodes, run)
         self._rows, self.read_at, self.error = rows, began, ""
+
+    def run_of(self, comment: str) -> str | None:
+        """The run of this sweep a job's comment names, or None (another sweep's job, or not
+        lbtrain's): the run's name is ours when the key beside it is this sweep's key of it."""
+        m = re.fullmatch(rf"{COMMENT} key=([0-9a-f]{{{KEY_LENGTH}}}) run=(.*)", comment)
+        if m and m.group(1) == self.run_key(m.group(2)):
+            return m.group(2)
+        # a job submitted before the comment had a key (its path written out, which some
+        # characters broke)
+        legacy = f"{COMMENT} sweep={self.runs_dir} run="
+        return comment[len(legacy) :] if comment.startswith(legacy) else None
 
     def exit_code(self, job_id: str, workdir: str) -> int:
         """The job's exit status as ``scontrol`` keeps it (for ``MinJobAge`` after its end), else

@@ -20,10 +20,10 @@ A signal reaches the processes of an ``srun`` step through ``scancel --signal=TE
 killing its tasks at once. A second SIGTERM does lbtrain no harm (its handler, or JAX's preemption
 notifier, only sets a flag again).
 
-``--log``: the job's ``sbatch --output`` file, for a workdir on ``gs://`` (``%j``: the job's id);
-what was added to it since the last copy (``<log>.copied`` keeps the offset) is appended to the
-workdir's ``stdout.log`` when the attempt ends. Exits with the program's status (128 + N for a
-signal N).
+``--log``: the job's ``sbatch --output`` file, for a workdir on ``gs://`` (``%j`` in its name: the
+job's id); what was added to it since the last copy (``<log>.copied`` keeps the offset) is
+appended to the workdir's ``stdout.log`` when the attempt ends. Exits with the program's status
+(128 + N for a signal N).
 """
 
 from __future__ import annotations
@@ -178,7 +178,9 @@ def main(argv: list[str] | None = None) -> int:
 
     job_id = os.environ.get("SLURM_JOB_ID", "")
     restarts = int(os.environ.get("SLURM_RESTART_COUNT", "0") or 0)
-    log = args.log.replace("%j", job_id)
+    # (%j in the file's name only: the folder is as it is)
+    folder, name = os.path.split(args.log)
+    log = os.path.join(folder, name.replace("%j", job_id)) if args.log else ""
     tasks = os.environ.get("SLURM_NTASKS", "1")
     say(
         f"job {job_id or '?'} attempt {restarts + 1} on {socket.gethostname()}, {tasks} "
