@@ -16,7 +16,6 @@ static.
 from __future__ import annotations
 
 import numbers
-import sys
 from typing import Any, NamedTuple
 
 import jax
@@ -29,10 +28,26 @@ from lbtrain.optim.masks import Mask, default_mask, resolve_mask
 
 
 class TrustRatioState(NamedTuple):
-    """The ratio applied to each leaf at the last update (1.0 outside the trust-ratio mask).
+    """The state of the trust-ratio transform: the ratio each leaf got at the last update.
 
-    A pytree with the structure of the params; each leaf is a scalar of dtype
-    ``promote(param dtype, float32)``.
+    Read it from any chain's state with ``optax.tree_utils.tree_get(state, "trust_ratio")`` (e.g.
+    to log a summary of the per-layer ratios). :func:`scale_by_trust_ratio` keeps one; so do
+    :func:`lars` and :func:`lamb`.
+
+    Attributes:
+        trust_ratio: a pytree with the structure of the params; each leaf a scalar (shape ``()``)
+            of dtype ``promote(param dtype, float32)``, 1.0 at ``init`` and outside the trust-ratio
+            mask.
+
+    Example:
+        >>> import jax.numpy as jnp, optax
+        >>> from lbtrain import optim
+        >>> params = {"w": jnp.full((2, 2), 3.0)}
+        >>> tx = optim.lars(0.1, eta=1.0)
+        >>> _, state = tx.update({"w": jnp.ones((2, 2))}, tx.init(params), params)
+        >>> ratios = optax.tree_utils.tree_get(state, "trust_ratio")
+        >>> float(ratios["w"])  # eta * |w| / |g| = 6 / 2
+        3.0
     """
 
     trust_ratio: Any
@@ -47,9 +62,27 @@ def _norm_dtype(*xs) -> jnp.dtype:
     return jnp.promote_types(jnp.result_type(*xs), jnp.float32)
 
 
-def safe_norm(x, dtype=None) -> jax.Array:
-    """Frobenius norm ``sqrt(sum(x**2))`` in ``dtype`` (default ``promote(x.dtype, float32)``) whose
-    gradient at ``x = 0`` is 0 instead of NaN."""
+def safe_norm(x: jax.typing.ArrayLike, dtype: jax.typing.DTypeLike | None = None) -> jax.Array:
+    """The Frobenius norm ``sqrt(sum(x ** 2))`` whose gradient at ``x = 0`` is 0, not NaN.
+
+    The norm every trust ratio here is computed with: of the whole array, whatever its shape.
+
+    Args:
+        x: an array of any shape.
+        dtype: the dtype to square and sum in; by default ``promote(x.dtype, float32)``, so
+            bfloat16 sums in float32 and float64 stays float64.
+
+    Returns:
+        A scalar array (shape ``()``) of that dtype.
+
+    Example:
+        >>> import jax, jax.numpy as jnp
+        >>> from lbtrain import optim
+        >>> print(optim.safe_norm(jnp.array([[3.0, 0.0], [0.0, 4.0]])))
+        5.0
+        >>> print(jax.grad(optim.safe_norm)(jnp.zeros(3)))  # jnp.linalg.norm's would be nan
+        [0. 0. 0.]
+    """
     dtype = _norm_dtype(x) if dtype is None else dtype
     sq = jnp.sum(jnp.square(jnp.asarray(x).astype(dtype)))
     positive = sq > 0
@@ -79,8 +112,8 @@ def _check_hyperparameter(x, what: str, *, schedule: bool = False, lr: bool = Fa
     return x
 
 
-def _check_masks(caller, factory: str, **named_masks) -> None:
-    masks.refuse_masks_scheduled_by_optax(caller, factory, tuple(named_masks))
+def _check_masks(factory: str, **named_masks) -> None:
+    masks.refuse_masks_scheduled_by_optax(factory, tuple(named_masks))
     for name, mask in named_masks.items():
         masks.check_mask(mask, name)
 
@@ -135,32 +168,53 @@ def _trust_ratio(
 
 
 def scale_by_trust_ratio(
-    eta: float = 1.0,
-    weight_decay: float = 0.0,
-    eps: float = 0.0,
+    eta: jax.typing.ArrayLike = 1.0,
+    weight_decay: jax.typing.ArrayLike = 0.0,
+    eps: jax.typing.ArrayLike = 0.0,
     mask: Mask | None = None,
     weight_decay_mask: Mask | None = None,
 ) -> optax.GradientTransformation:
-    """Per-leaf trust ratio with the paper / TF-LARS formula.
+    """Scale each leaf's update by its layer-wise trust ratio, the paper's (and TF LARS's) formula.
 
-    For each leaf ``w`` with incoming update ``g`` (wd = ``weight_decay`` where
+    For each parameter leaf ``w`` with incoming update ``g`` (``wd = weight_decay`` where
     ``weight_decay_mask`` selects the leaf, else 0)::
 
         u     = g + wd * w
         ratio = eta * |w| / (|g| + wd * |w| + eps)     if |w| > 0 and |g| > 0, else 1
-        out   = ratio * u      (leaves in ``mask``);   out = u   (other leaves)
+        out   = ratio * u      (leaves in mask);   out = u   (other leaves)
 
-    Norms are Frobenius norms over the whole leaf. With ``weight_decay=0`` this is the plain
-    ``eta * |w| / (|g| + eps)`` ratio and composes with ``optax.add_decayed_weights`` placed before
-    it (that is how :func:`lamb` uses it). ``mask`` / ``weight_decay_mask``: a bool, a pytree of
-    bools with the params' structure (or a prefix of it), or a callable ``params -> pytree``;
-    ``None`` selects every leaf; anything else is refused here, and a tree that does not fit the
-    params at ``init``. Needs ``params`` in ``update``. The state records each leaf's ratio
-    (:class:`TrustRatioState`).
+    ``|x|`` is the Frobenius norm of the whole leaf, so one "layer" is one parameter array (You,
+    Gitman and Ginsburg 2017, *Large Batch Training of Convolutional Networks*, arXiv:1708.03888).
+    With ``weight_decay=0`` the ratio is ``eta * |w| / (|g| + eps)``, and the transform composes
+    after :func:`add_decayed_weights` (that is how :func:`lamb` uses it). ``eta``,
+    ``weight_decay`` and ``eps`` may be traced, so ``optax.inject_hyperparams`` can schedule them.
+
+    Args:
+        eta: the trust coefficient.
+        weight_decay: the decay ``wd`` added to the update and to the ratio's denominator.
+        eps: added to the ratio's denominator.
+        mask: the leaves that get a ratio (the others pass with ratio 1): ``None`` (every leaf), a
+            bool, a pytree of bools with the params' structure (or a prefix of it), or a callable
+            ``params -> such a pytree``. Anything else is refused here, a tree that does not fit
+            the params at ``init``.
+        weight_decay_mask: the leaves that get the decay, in the same forms.
+
+    Returns:
+        An ``optax.GradientTransformation`` whose ``update`` needs ``params`` and whose state is a
+        :class:`TrustRatioState`. The updates keep their shapes and dtypes.
+
+    Example:
+        >>> import jax.numpy as jnp, optax
+        >>> from lbtrain import optim
+        >>> params = {"w": jnp.full((2, 2), 3.0), "b": jnp.ones(2)}
+        >>> grads = {"w": jnp.ones((2, 2)), "b": jnp.ones(2)}
+        >>> tx = optax.chain(optim.scale_by_trust_ratio(eta=0.5, mask=optim.default_mask),
+        ...                  optax.sgd(0.1))
+        >>> updates, _ = tx.update(grads, tx.init(params), params)
+        >>> print(updates["w"][0, 0], updates["b"][0])  # ratio 0.5 * 6 / 2 on w, none on b
+        -0.15 -0.1
     """
-    _check_masks(
-        sys._getframe(1), "scale_by_trust_ratio", mask=mask, weight_decay_mask=weight_decay_mask
-    )
+    _check_masks("scale_by_trust_ratio", mask=mask, weight_decay_mask=weight_decay_mask)
     for name, value in (("eta", eta), ("weight_decay", weight_decay), ("eps", eps)):
         _check_hyperparameter(value, name)
     return _trust_ratio("scale_by_trust_ratio", eta, weight_decay, eps, mask, weight_decay_mask)
@@ -187,49 +241,95 @@ def _decayed_weights(factory: str, weight_decay, mask) -> optax.GradientTransfor
 
 
 def add_decayed_weights(
-    weight_decay: float = 0.0, mask: Mask | None = None
+    weight_decay: jax.typing.ArrayLike = 0.0, mask: Mask | None = None
 ) -> optax.GradientTransformation:
-    """``u <- g + wd * w`` on the leaves ``mask`` selects (all when ``None``); ``wd`` may be traced.
+    """Add ``weight_decay * w`` to the update of each leaf ``mask`` selects: ``u = g + wd * w``.
 
-    Unlike ``optax.add_decayed_weights`` the mask is resolved here, so it stays static under
-    ``optax.inject_hyperparams`` and the updates keep their dtype; a mask that is not one (see
-    :func:`scale_by_trust_ratio`) is refused when built, one that does not fit the params at
-    ``init``.
+    Coupled (L2) weight decay as a transform, like ``optax.add_decayed_weights``, but the mask is
+    resolved here: it stays a mask under ``optax.inject_hyperparams`` (with :func:`static_mask` or
+    a :func:`param_mask`), the updates keep their dtype, a mask that is not one is refused when
+    built and one that does not fit the params at ``init``. ``weight_decay`` may be traced.
+
+    Args:
+        weight_decay: the decay ``wd``.
+        mask: the leaves that get the decay, in any form :func:`scale_by_trust_ratio` takes;
+            ``None`` selects every leaf.
+
+    Returns:
+        An ``optax.GradientTransformation`` with an empty state, whose ``update`` needs ``params``.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> from lbtrain import optim
+        >>> params = {"w": jnp.full((2, 2), 2.0), "b": jnp.ones(2)}
+        >>> tx = optim.add_decayed_weights(0.1, mask=optim.default_mask)
+        >>> grads = {"w": jnp.ones((2, 2)), "b": jnp.ones(2)}
+        >>> updates, _ = tx.update(grads, tx.init(params), params)
+        >>> print(updates["w"][0, 0], updates["b"][0])  # 1 + 0.1 * 2 on w, b untouched
+        1.2 1.0
     """
-    _check_masks(sys._getframe(1), "add_decayed_weights", mask=mask)
+    _check_masks("add_decayed_weights", mask=mask)
     _check_hyperparameter(weight_decay, "weight_decay")
     return _decayed_weights("add_decayed_weights", weight_decay, mask)
 
 
 def lars(
     learning_rate: optax.ScalarOrSchedule,
-    momentum: float = 0.9,
-    weight_decay: float = 0.0,
-    eta: float = 1e-3,
-    eps: float = 0.0,
+    momentum: jax.typing.ArrayLike = 0.9,
+    weight_decay: jax.typing.ArrayLike = 0.0,
+    eta: jax.typing.ArrayLike = 1e-3,
+    eps: jax.typing.ArrayLike = 0.0,
     nesterov: bool = False,
     weight_decay_mask: Mask | None = default_mask,
     trust_ratio_mask: Mask | None = default_mask,
 ) -> optax.GradientTransformation:
-    """LARS (You et al. 2017) exactly as TF's ``LARSOptimizer``::
+    """LARS, layer-wise adaptive rate scaling, exactly as TensorFlow's ``LARSOptimizer``.
 
-        v <- momentum * v + lr * ratio * (g + wd * w)      w <- w - v
-        ratio = eta * |w| / (|g| + wd * |w| + eps)
+    For each parameter leaf ``w`` with gradient ``g`` (You, Gitman and Ginsburg 2017,
+    arXiv:1708.03888; the optimizer of the paper's ImageNet runs)::
 
-    (Nesterov: ``w <- w - (momentum * v + lr * ratio * (g + wd * w))``.) Leaves outside
-    ``trust_ratio_mask`` use ratio 1; leaves outside ``weight_decay_mask`` use wd 0. Both masks
-    default to ``default_mask`` (rank >= 2: biases and norm scales get neither); ``True`` selects
-    every leaf, as ``optax.lars`` does by default. The LR sits inside the momentum buffer, as in TF.
-    Unlike ``optax.lars``, the denominator is ``|g| + wd|w|``, not ``|g + wd w|``.
-    ``learning_rate``, ``momentum``, ``weight_decay``, ``eta`` and ``eps`` can be injected with
-    ``optax.inject_hyperparams``; a constant ``learning_rate`` must be ``>= 0``.
+        ratio = eta * |w| / (|g| + wd * |w| + eps)     (1 if |w| = 0 or |g| = 0)
+        v    <- momentum * v + lr * ratio * (g + wd * w)
+        w    <- w - v            (Nesterov: w - (momentum * v + lr * ratio * (g + wd * w)))
+
+    ``|x|`` is the Frobenius norm of the whole leaf. Leaves outside ``trust_ratio_mask`` use ratio
+    1, leaves outside ``weight_decay_mask`` ``wd = 0``. The learning rate sits inside the momentum
+    buffer, as in TF. Unlike ``optax.lars``, the ratio's denominator is ``|g| + wd * |w|`` (the
+    paper's), not ``|g + wd * w|``, and both masks default to :data:`default_mask`; with
+    ``weight_decay=0`` and both masks ``True`` the two are the same update.
+
+    Args:
+        learning_rate: a number ``>= 0`` or an ``optax.Schedule`` of the update count (e.g.
+            :func:`legw_schedule`).
+        momentum: the momentum of the velocity ``v``.
+        weight_decay: the decay ``wd``.
+        eta: the trust coefficient.
+        eps: added to the ratio's denominator.
+        nesterov: Nesterov momentum.
+        weight_decay_mask: the leaves that get weight decay: a bool, a pytree of bools with the
+            params' structure (or a prefix of it), or a callable ``params -> such a pytree``;
+            ``True`` for every leaf (optax's default). By default rank >= 2.
+        trust_ratio_mask: the leaves that get a trust ratio, in the same forms; by default
+            rank >= 2.
+
+    Returns:
+        An ``optax.GradientTransformation`` (a chain of the trust ratio, the learning rate and the
+        momentum). Its ``update`` needs ``params``; the updates have the shapes and dtypes of the
+        gradients; its state holds a :class:`TrustRatioState`. ``learning_rate``, ``momentum``,
+        ``weight_decay``, ``eta`` and ``eps`` can be scheduled with ``optax.inject_hyperparams``.
+
+    Example:
+        >>> import jax, jax.numpy as jnp, optax
+        >>> from lbtrain import optim
+        >>> params = {"w": jnp.full((2, 2), 3.0), "b": jnp.ones(2)}
+        >>> grads = {"w": jnp.ones((2, 2)), "b": jnp.ones(2)}
+        >>> tx = optim.lars(learning_rate=0.1, eta=0.5)
+        >>> updates, state = tx.update(grads, tx.init(params), params)
+        >>> print(updates["w"][0, 0], updates["b"][0])  # -lr * ratio * g: ratio 0.5 * 6 / 2 on w
+        -0.15 -0.1
+        >>> params = optax.apply_updates(params, updates)
     """
-    _check_masks(
-        sys._getframe(1),
-        "lars",
-        weight_decay_mask=weight_decay_mask,
-        trust_ratio_mask=trust_ratio_mask,
-    )
+    _check_masks("lars", weight_decay_mask=weight_decay_mask, trust_ratio_mask=trust_ratio_mask)
     _check_hyperparameter(learning_rate, "learning_rate", schedule=True, lr=True)
     for name, value in (
         ("momentum", momentum),
@@ -247,33 +347,61 @@ def lars(
 
 def lamb(
     learning_rate: optax.ScalarOrSchedule,
-    b1: float = 0.9,
-    b2: float = 0.999,
-    eps: float = 1e-6,
-    eps_root: float = 0.0,
-    weight_decay: float = 0.0,
+    b1: jax.typing.ArrayLike = 0.9,
+    b2: jax.typing.ArrayLike = 0.999,
+    eps: jax.typing.ArrayLike = 1e-6,
+    eps_root: jax.typing.ArrayLike = 0.0,
+    weight_decay: jax.typing.ArrayLike = 0.0,
     weight_decay_mask: Mask | None = default_mask,
     trust_ratio_mask: Mask | None = default_mask,
 ) -> optax.GradientTransformation:
-    """LAMB (You et al. 2020)::
+    """LAMB, Adam with a layer-wise trust ratio, with separate decay and trust-ratio masks.
 
-        m <- b1 m + (1 - b1) g        v <- b2 v + (1 - b2) g^2           (t = 1, 2, ...)
-        u  = m / (1 - b1^t) / (sqrt(v / (1 - b2^t) + eps_root) + eps) + wd * w
-        w <- w - lr * (|w| / |u|) * u     (ratio 1 where a norm is 0 or outside
-        ``trust_ratio_mask``)
+    For each parameter leaf ``w`` with gradient ``g``, at update ``t = 1, 2, ...`` (You et al.
+    2020, *Large Batch Optimization for Deep Learning: Training BERT in 76 minutes*,
+    arXiv:1904.00962)::
 
-    With separate ``weight_decay_mask`` and ``trust_ratio_mask`` (``optax.lamb`` has one mask, for
-    the decay, and a trust ratio on every leaf). Both default to ``default_mask`` (rank >= 2);
-    ``weight_decay_mask=m, trust_ratio_mask=True`` is ``optax.lamb(mask=m)``. ``learning_rate``,
-    ``b1``, ``b2``, ``eps`` and ``weight_decay`` can be injected with ``optax.inject_hyperparams``;
-    a constant ``learning_rate`` must be ``>= 0``.
+        m <- b1 * m + (1 - b1) * g          v <- b2 * v + (1 - b2) * g ** 2
+        u  = m / (1 - b1 ** t) / (sqrt(v / (1 - b2 ** t) + eps_root) + eps) + wd * w
+        w <- w - lr * (|w| / |u|) * u       (ratio 1 if a norm is 0)
+
+    ``|x|`` is the Frobenius norm of the whole leaf. Leaves outside ``trust_ratio_mask`` use ratio
+    1, leaves outside ``weight_decay_mask`` ``wd = 0``. ``optax.lamb`` has one mask, for the decay,
+    and a trust ratio on every leaf: ``lamb(lr, weight_decay_mask=m, trust_ratio_mask=True)`` is
+    ``optax.lamb(lr, mask=m)``.
+
+    Args:
+        learning_rate: a number ``>= 0`` or an ``optax.Schedule`` of the update count.
+        b1: the decay of the first moment ``m``.
+        b2: the decay of the second moment ``v``.
+        eps: added to the root of the second moment.
+        eps_root: added to the second moment inside the root.
+        weight_decay: the decoupled decay ``wd``, added to the Adam direction before the ratio.
+        weight_decay_mask: the leaves that get weight decay: a bool, a pytree of bools with the
+            params' structure (or a prefix of it), or a callable ``params -> such a pytree``;
+            ``True`` for every leaf. By default rank >= 2.
+        trust_ratio_mask: the leaves that get a trust ratio, in the same forms; by default
+            rank >= 2 (``True``: optax's behaviour).
+
+    Returns:
+        An ``optax.GradientTransformation`` (a chain of Adam's scaling, the decay, the trust ratio
+        and the learning rate). Its ``update`` needs ``params``; the updates have the shapes and
+        dtypes of the gradients; its state holds a :class:`TrustRatioState`. ``learning_rate``,
+        ``b1``, ``b2``, ``eps``, ``eps_root`` and ``weight_decay`` can be scheduled with
+        ``optax.inject_hyperparams``.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> from lbtrain import optim
+        >>> params = {"w": jnp.full((2, 2), 3.0), "b": jnp.ones(2)}
+        >>> grads = {"w": jnp.ones((2, 2)), "b": jnp.ones(2)}
+        >>> tx = optim.lamb(learning_rate=0.01)
+        >>> updates, _ = tx.update(grads, tx.init(params), params)
+        >>> # first update: Adam's direction is 1 everywhere; w's ratio is |w| / |u| = 6 / 2
+        >>> print(f"{updates['w'][0, 0]:.4f} {updates['b'][0]:.4f}")
+        -0.0300 -0.0100
     """
-    _check_masks(
-        sys._getframe(1),
-        "lamb",
-        weight_decay_mask=weight_decay_mask,
-        trust_ratio_mask=trust_ratio_mask,
-    )
+    _check_masks("lamb", weight_decay_mask=weight_decay_mask, trust_ratio_mask=trust_ratio_mask)
     _check_hyperparameter(learning_rate, "learning_rate", schedule=True, lr=True)
     for name, value in (
         ("b1", b1),

@@ -36,10 +36,16 @@ from fractions import Fraction
 
 import numpy as np
 
+#: The learning-rate scaling rules, for ``B = k * B0``: ``linear`` (``lr0 * k``, Goyal et al.
+#: 2017), ``sqrt`` (``lr0 * sqrt(k)``, Krizhevsky 2014; the paper's) and ``none`` (``lr0``).
 LR_RULES = ("linear", "sqrt", "none")
+#: The warmup scaling rules, in epochs: ``linear_epoch`` (``W0 * k``: LEGW, the same number of
+#: warmup updates at every batch size), ``const_epoch`` (``W0``) and ``none`` (no warmup).
 WARMUP_RULES = ("linear_epoch", "const_epoch", "none")
 
-# scheme name -> (learning-rate rule, warmup rule)
+#: The named schemes: scheme name -> (learning-rate rule, warmup rule). ``legw`` is the paper's
+#: method (``sqrt`` + ``linear_epoch``); ``linear``, ``sqrt`` and ``none`` its baselines;
+#: ``linear_legw_warmup`` and ``sqrt_const_warmup`` ablations that separate LEGW's two parts.
 SCHEMES: dict[str, tuple[str, str]] = {
     "legw": ("sqrt", "linear_epoch"),  # Sqrt Scaling + linear-epoch gradual warmup (the paper)
     "linear": ("linear", "const_epoch"),  # Linear Scaling, constant warmup epochs (Goyal et al.)
@@ -142,8 +148,25 @@ def batch_ratio(base_batch_size: int, batch_size: int) -> float:
 
 
 def scale_lr(base_lr: float, base_batch_size: int, batch_size: int, rule: str) -> float:
-    """Peak learning rate for ``batch_size``: ``base_lr * k`` (linear), ``base_lr * sqrt(k)`` (sqrt)
-    or ``base_lr`` (none), with ``k = batch_size / base_batch_size``."""
+    """The peak learning rate at ``batch_size`` by a scaling rule.
+
+    With ``k = batch_size / base_batch_size``: ``base_lr * k`` (``linear``),
+    ``base_lr * sqrt(k)`` (``sqrt``) or ``base_lr`` (``none``).
+
+    Args:
+        base_lr: the peak learning rate at ``base_batch_size``, ``>= 0``.
+        base_batch_size: the batch size ``base_lr`` belongs to, a whole number ``> 0``.
+        batch_size: the batch size to train with, a whole number ``> 0``.
+        rule: one of :data:`LR_RULES`.
+
+    Returns:
+        The peak learning rate, a float.
+
+    Example:
+        >>> from lbtrain import optim
+        >>> [optim.scale_lr(0.1, 256, 4096, rule) for rule in optim.LR_RULES]
+        [1.6, 0.4, 0.1]
+    """
     _check_choice("learning-rate scaling rule", rule, LR_RULES)
     check_lr(base_lr, "base_lr")
     k = batch_ratio(base_batch_size, batch_size)
@@ -155,10 +178,27 @@ def scale_lr(base_lr: float, base_batch_size: int, batch_size: int, rule: str) -
 
 
 def scale_warmup_epochs(
-    base_warmup_epochs: float, base_batch_size: int, batch_size: int, rule: str
+    base_warmup_epochs: float | Fraction, base_batch_size: int, batch_size: int, rule: str
 ) -> float:
-    """Warmup length in epochs for ``batch_size``: ``W0 * k`` (linear_epoch), ``W0`` (const_epoch)
-    or ``0`` (none), with ``k = batch_size / base_batch_size``."""
+    """The warmup length in epochs at ``batch_size`` by a warmup rule.
+
+    With ``k = batch_size / base_batch_size``: ``W0 * k`` (``linear_epoch``, computed exactly),
+    ``W0`` (``const_epoch``) or ``0`` (``none``).
+
+    Args:
+        base_warmup_epochs: the warmup ``W0`` at ``base_batch_size``, in epochs, ``>= 0``.
+        base_batch_size: the batch size ``W0`` belongs to, a whole number ``> 0``.
+        batch_size: the batch size to train with, a whole number ``> 0``.
+        rule: one of :data:`WARMUP_RULES`.
+
+    Returns:
+        The warmup in epochs, a float.
+
+    Example:
+        >>> from lbtrain import optim
+        >>> [optim.scale_warmup_epochs(0.5, 256, 4096, rule) for rule in optim.WARMUP_RULES]
+        [8.0, 0.5, 0.0]
+    """
     _check_choice("warmup scaling rule", rule, WARMUP_RULES)
     check_nonnegative(base_warmup_epochs, "base_warmup_epochs")
     batch_ratio(base_batch_size, batch_size)  # validates both sizes
@@ -171,6 +211,22 @@ def scale_warmup_epochs(
 
 
 def scheme_rules(scheme: str) -> tuple[str, str]:
-    """(lr rule, warmup rule) of a named scheme: legw | linear | sqrt | none."""
+    """The two rules of a named scheme.
+
+    Args:
+        scheme: a key of :data:`SCHEMES`.
+
+    Returns:
+        ``(learning-rate rule, warmup rule)``, one of :data:`LR_RULES` and one of
+        :data:`WARMUP_RULES`.
+
+    Raises:
+        ValueError: an unknown scheme; the message lists the valid ones.
+
+    Example:
+        >>> from lbtrain import optim
+        >>> optim.scheme_rules("legw")
+        ('sqrt', 'linear_epoch')
+    """
     _check_choice("scaling scheme", scheme, tuple(SCHEMES))
     return SCHEMES[scheme]

@@ -49,9 +49,14 @@ import optax
 
 from lbtrain.optim import scaling
 
+#: The decays after the warmup, by name (the ``decay`` argument of the schedules):
+#: ``constant``, ``poly``, ``exponential``, ``multistep``, ``cosine``. Their formulas are in
+#: :func:`warmup_decay_schedule`.
 DECAYS = ("constant", "poly", "exponential", "multistep", "cosine")
 
-# The keyword arguments each decay accepts (and their defaults).
+#: The keyword arguments each decay takes, with their defaults: ``poly``: ``power``,
+#: ``end_value``; ``exponential``: ``rate`` (per epoch), ``start_epoch``, ``staircase``;
+#: ``multistep``: ``boundaries`` (in epochs), ``factor``; ``cosine``: ``end_value``.
 DECAY_DEFAULTS: dict[str, dict] = {
     "constant": {},
     "poly": {"power": 1.0, "end_value": 0.0},
@@ -70,13 +75,32 @@ def _steps_per_epoch(x) -> Fraction:
     return scaling.exact(scaling.check_positive(x, "steps_per_epoch"), "steps_per_epoch")
 
 
-def epochs_to_steps(epochs: float, steps_per_epoch: float) -> int:
-    """The single place where epochs become update counts: ``ceil(epochs * steps_per_epoch)``,
-    exact.
+def epochs_to_steps(epochs: float | Fraction, steps_per_epoch: float | Fraction) -> int:
+    """A number of epochs as a number of optimizer updates: ``ceil(epochs * steps_per_epoch)``.
 
-    The first update at or past epoch ``epochs`` (``>= 0``); ``steps_per_epoch`` must be ``> 0``, as
-    for the schedules. Both are read exactly: ints and fractions as they are, a float ``N / B`` as
-    the fraction it rounds (see :func:`lbtrain.optim.scaling.exact`).
+    The one place where epochs become updates (the schedules use it for their warmup, their end and
+    their boundaries): the first update at or past epoch ``epochs``. Both arguments are read
+    exactly: ints and ``fractions.Fraction`` as they are, a float as the simplest fraction that
+    rounds to it, so a float ``N / B`` is the exact ``N / B`` (``622 / 24`` is 311/12) and a short
+    decimal is itself (``0.1`` is 1/10).
+
+    Args:
+        epochs: the epochs, ``>= 0``.
+        steps_per_epoch: updates per epoch, ``> 0``; may be fractional (``N / B``).
+
+    Returns:
+        The number of updates, an ``int``.
+
+    Raises:
+        TypeError: an argument that is not a real number.
+        ValueError: ``epochs < 0``, ``steps_per_epoch <= 0`` or an infinite value.
+
+    Example:
+        >>> from lbtrain import optim
+        >>> optim.epochs_to_steps(12, 622 / 24)  # 12 * 311/12; a float product gives 311.0000...04
+        311
+        >>> optim.epochs_to_steps(0.1, 30)
+        3
     """
     return _steps(epochs, _steps_per_epoch(steps_per_epoch), "epochs")
 
@@ -208,18 +232,57 @@ def _resolve_decay_kwargs(decay: str, decay_kwargs: dict) -> dict:
 
 def warmup_decay_schedule(
     peak_lr: float,
-    warmup_epochs: float,
-    num_epochs: float,
-    steps_per_epoch: float,
+    warmup_epochs: float | Fraction,
+    num_epochs: float | Fraction,
+    steps_per_epoch: float | Fraction,
     decay: str = "poly",
     **decay_kwargs,
 ) -> optax.Schedule:
-    """Linear warmup 0 -> ``peak_lr`` over ``warmup_epochs``, then ``decay`` until ``num_epochs``.
+    """Linear warmup from 0 to ``peak_lr`` over ``warmup_epochs``, then ``decay`` to ``num_epochs``.
 
-    See the module docstring for the exact semantics and the formula of each decay. ``lr(W)`` is the
-    peak (in the float dtype) bit for bit. Raises ``ValueError`` when the warmup is not shorter than
-    training (then the decay could never run), and ``TypeError`` / ``ValueError`` naming the
-    argument for a value that is not a number or has the wrong sign.
+    With ``S = steps_per_epoch``, ``W = epochs_to_steps(warmup_epochs, S)`` and
+    ``T = epochs_to_steps(num_epochs, S)``, at update count ``s`` (optax's count: the first update
+    uses ``lr(0)``)::
+
+        lr(s) = peak_lr * s / W              for s < W (so lr(0) = 0)
+        lr(W) = peak_lr                      bit for bit
+        lr(s) = decay(s)                     for W < s <= T, with D = T - W:
+            constant      peak_lr
+            poly          end + (peak_lr - end) * (1 - (s - W) / D) ** power
+            cosine        end + (peak_lr - end) * (1 + cos(pi * (s - W) / D)) / 2
+            exponential   peak_lr * rate ** ((s - s0) / S),  s0 = steps(max(start_epoch, warmup))
+            multistep     peak_lr * factor ** n,  n = the boundaries (epochs) reached
+        lr(s) = lr(T)                        for s > T
+
+    ``staircase=True`` makes the exponential decay drop once per whole epoch after ``s0``; a
+    multistep boundary takes effect at ``max(steps(boundary), W + 1)``. The module's docstring
+    states every rule; docs/optim.md shows them with numbers.
+
+    Args:
+        peak_lr: the learning rate at the end of the warmup, ``>= 0``.
+        warmup_epochs: the warmup, in epochs (``0``: none); shorter than ``num_epochs``.
+        num_epochs: the training length, in epochs, ``> 0``.
+        steps_per_epoch: updates per epoch, ``> 0``, read exactly as by :func:`epochs_to_steps`.
+        decay: one of :data:`DECAYS`.
+        **decay_kwargs: the decay's own arguments (:data:`DECAY_DEFAULTS` lists them with their
+            defaults); any other is refused.
+
+    Returns:
+        An ``optax.Schedule``: a jitted function of the update count (a scalar or an array of
+        counts, eagerly or under ``jit``) returning the learning rates in the shape of the count,
+        in JAX's default float dtype.
+
+    Raises:
+        ValueError: the warmup is not shorter than training, an unknown decay or decay argument,
+            or a value of the wrong sign.
+        TypeError: an argument that is not a number.
+
+    Example:
+        >>> from lbtrain import optim
+        >>> schedule = optim.warmup_decay_schedule(
+        ...     0.4, warmup_epochs=1, num_epochs=5, steps_per_epoch=10, decay="poly", power=2.0)
+        >>> [round(float(schedule(s)), 4) for s in (0, 5, 10, 30, 50, 60)]
+        [0.0, 0.2, 0.4, 0.1, 0.0, 0.0]
     """
     peak = float(scaling.check_lr(peak_lr, "peak_lr"))
     spe = _steps_per_epoch(steps_per_epoch)
@@ -258,17 +321,45 @@ def scaled_schedule(
     base_lr: float,
     base_batch_size: int,
     batch_size: int,
-    base_warmup_epochs: float,
-    steps_per_epoch: float,
-    num_epochs: float,
+    base_warmup_epochs: float | Fraction,
+    steps_per_epoch: float | Fraction,
+    num_epochs: float | Fraction,
     *,
     lr_rule: str,
     warmup_rule: str,
     decay: str = "poly",
     **decay_kwargs,
 ) -> optax.Schedule:
-    """Scale the base recipe to ``batch_size`` with an (lr rule, warmup rule) pair, then warm up and
-    decay as in :func:`warmup_decay_schedule` over the same epoch budget."""
+    """A base recipe's schedule scaled to ``batch_size`` by a learning-rate rule and a warmup rule.
+
+    With ``k = batch_size / base_batch_size``: the peak is :func:`scale_lr` (``base_lr * k``,
+    ``base_lr * sqrt(k)`` or ``base_lr``), the warmup :func:`scale_warmup_epochs`
+    (``base_warmup_epochs * k``, ``base_warmup_epochs`` or 0 epochs); then
+    :func:`warmup_decay_schedule` over the same ``num_epochs``.
+
+    Args:
+        base_lr: the base recipe's peak learning rate, at ``base_batch_size``.
+        base_batch_size: the base recipe's batch size.
+        batch_size: the batch size to train with.
+        base_warmup_epochs: the base recipe's warmup, in epochs.
+        steps_per_epoch: updates per epoch *at batch_size* (``N / batch_size``).
+        num_epochs: the training length, in epochs.
+        lr_rule: one of :data:`LR_RULES`.
+        warmup_rule: one of :data:`WARMUP_RULES`.
+        decay: one of :data:`DECAYS`.
+        **decay_kwargs: the decay's own arguments (:data:`DECAY_DEFAULTS`).
+
+    Returns:
+        An ``optax.Schedule`` of the update count, as :func:`warmup_decay_schedule` returns.
+
+    Example:
+        >>> from lbtrain import optim
+        >>> schedule = optim.scaled_schedule(
+        ...     0.1, 128, 512, 1.0, steps_per_epoch=100, num_epochs=20,
+        ...     lr_rule="linear", warmup_rule="const_epoch", decay="constant")
+        >>> [round(float(schedule(s)), 4) for s in (50, 100, 2000)]  # peak 0.1 * 4 after 1 epoch
+        [0.2, 0.4, 0.4]
+    """
     peak = scaling.scale_lr(base_lr, base_batch_size, batch_size, lr_rule)
     warmup = scaling.scale_warmup_epochs(
         base_warmup_epochs, base_batch_size, batch_size, warmup_rule
@@ -277,8 +368,25 @@ def scaled_schedule(
 
 
 def scheme_schedule(scheme: str, *args, **kwargs) -> optax.Schedule:
-    """:func:`scaled_schedule` with the rule pair of a named scheme (legw | linear | sqrt |
-    none)."""
+    """:func:`scaled_schedule` with the rule pair of a named scheme of :data:`SCHEMES`.
+
+    Args:
+        scheme: a key of :data:`SCHEMES`: ``legw``, ``linear``, ``sqrt``, ``none`` or an
+            ablation.
+        *args: the positional arguments of :func:`scaled_schedule` (``base_lr``, ...,
+            ``num_epochs``).
+        **kwargs: its keyword arguments but the two rules (``decay`` and the decay's own).
+
+    Returns:
+        An ``optax.Schedule`` of the update count, as :func:`scaled_schedule` returns.
+
+    Example:
+        >>> from lbtrain import optim
+        >>> schedule = optim.scheme_schedule(
+        ...     "sqrt", 0.1, 128, 512, 1.0, steps_per_epoch=100, num_epochs=20, decay="constant")
+        >>> round(float(schedule(0)), 4)  # no warmup: the peak 0.1 * sqrt(4) at once
+        0.2
+    """
     lr_rule, warmup_rule = scaling.scheme_rules(scheme)
     return scaled_schedule(*args, lr_rule=lr_rule, warmup_rule=warmup_rule, **kwargs)
 
@@ -293,18 +401,44 @@ def legw_schedule(
     decay: str = "poly",
     **decay_kwargs,
 ) -> optax.Schedule:
-    """LEGW: Sqrt Scaling of the peak LR plus linear-epoch gradual warmup, then ``decay``.
+    """LEGW, the paper's schedule: Sqrt Scaling of the peak plus linear-epoch gradual warmup.
 
-    With ``k = batch_size / base_batch_size``::
+    From *Large-Batch Training for LSTM and Beyond* (You et al., SC '19, arXiv:1901.08256). With
+    ``k = batch_size / base_batch_size``::
 
         peak   = base_lr * sqrt(k)
         W      = ceil(base_warmup_epochs * k * steps_per_epoch)    (updates)
         lr(s)  = peak * s / W                                      for s < W
-        lr(s)  = decay(s) from peak                                afterwards, until num_epochs
+        lr(s)  = decay(s) from the peak                            afterwards, until num_epochs
 
-    Since ``steps_per_epoch = N / batch_size``, the warmup lasts ``ceil(base_warmup_epochs * N /
-    base_batch_size)`` updates: the same number at every batch size (when ``steps_per_epoch`` is
-    given as the exact ``N / batch_size``).
+    Since ``steps_per_epoch = N / batch_size``, the warmup lasts
+    ``ceil(base_warmup_epochs * N / base_batch_size)`` updates: the same number at every batch
+    size. ``scheme_schedule("legw", ...)`` is the same schedule.
+
+    Args:
+        base_lr: the base recipe's peak learning rate, at ``base_batch_size``.
+        base_batch_size: the base recipe's batch size.
+        batch_size: the batch size to train with.
+        base_warmup_epochs: the base recipe's warmup, in epochs.
+        steps_per_epoch: updates per epoch at ``batch_size`` (``N / batch_size``; a float is read
+            exactly as by :func:`epochs_to_steps`).
+        num_epochs: the training length, in epochs (the base recipe's budget).
+        decay: one of :data:`DECAYS`.
+        **decay_kwargs: the decay's own arguments (:data:`DECAY_DEFAULTS`).
+
+    Returns:
+        An ``optax.Schedule`` of the update count, as :func:`warmup_decay_schedule` returns.
+
+    Example:
+        >>> from lbtrain import optim
+        >>> N = 6400  # examples: the base batch 64 warms up over 0.5 epochs = 50 updates
+        >>> for batch in (64, 256, 1024):
+        ...     schedule = optim.legw_schedule(0.1, 64, batch, 0.5, N / batch, 10, decay="cosine")
+        ...     warmup = optim.epochs_to_steps(0.5 * batch / 64, N / batch)
+        ...     print(batch, warmup, round(float(schedule(warmup)), 4))
+        64 50 0.1
+        256 50 0.2
+        1024 50 0.4
     """
     return scheme_schedule(
         "legw",
