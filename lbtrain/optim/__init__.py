@@ -1,31 +1,19 @@
-"""lbtrain.optim: LEGW schedules, batch-size scaling rules and layer-wise optimizers for optax.
+"""lbtrain.optim: LEGW schedules, batch-size scaling rules, masks and LARS / LAMB for optax.
 
-Importable on its own (it imports nothing else of lbtrain) and usable inside any optax chain::
+The optax library of lbtrain, and all that ``pip install lbtrain`` brings: it imports jax, optax
+and numpy and nothing else of lbtrain, and every name in ``__all__`` has its entry in the API
+reference (docs/api.md). The engine's config glue lives apart, in :mod:`lbtrain.optimizer`.
 
-    import optax
-    from lbtrain import optim
-
-    schedule = optim.legw_schedule(base_lr=0.1, base_batch_size=128, batch_size=2048,
-                                   base_warmup_epochs=0.5, steps_per_epoch=29, num_epochs=90)
-    tx = optax.chain(optax.clip_by_global_norm(1.0), optim.lars(schedule, weight_decay=1e-4))
+Example:
+    >>> import optax
+    >>> from lbtrain import optim
+    >>> schedule = optim.legw_schedule(base_lr=0.1, base_batch_size=128, batch_size=2048,
+    ...                                base_warmup_epochs=0.5, steps_per_epoch=29, num_epochs=90)
+    >>> tx = optax.chain(optax.clip_by_global_norm(1.0), optim.lars(schedule, weight_decay=1e-4))
+    >>> round(float(schedule(optim.epochs_to_steps(8, 29))), 4)  # the peak 0.1 * 4, after 8 epochs
+    0.4
 """
 
-from lbtrain.optim.factory import (
-    FACTS,
-    MASK_DEFAULTS,
-    OPTIMIZERS,
-    OptimPlan,
-    applies_weight_decay,
-    base_optimizer,
-    current_lr,
-    decay_arguments,
-    has_trust_ratio,
-    hyperparameters,
-    make,
-    make_schedule,
-    plan,
-    trust_ratios,
-)
 from lbtrain.optim.layerwise import (
     TrustRatioState,
     add_decayed_weights,
@@ -45,7 +33,6 @@ from lbtrain.optim.masks import (
     resolve_mask,
     static_mask,
 )
-from lbtrain.optim.noise_scale import NoiseScaleAverager, noise_scale_terms, tree_sq_norm
 from lbtrain.optim.scaling import (
     LR_RULES,
     SCHEMES,
@@ -65,49 +52,36 @@ from lbtrain.optim.schedules import (
 )
 
 __all__ = [
+    # schedules
+    "legw_schedule",
+    "scheme_schedule",
+    "scaled_schedule",
+    "warmup_decay_schedule",
+    "epochs_to_steps",
     "DECAYS",
     "DECAY_DEFAULTS",
-    "FACTS",
-    "LR_RULES",
-    "MASK_DEFAULTS",
-    "OPTIMIZERS",
-    "SCHEMES",
-    "WARMUP_RULES",
-    "NoiseScaleAverager",
-    "OptimPlan",
-    "ParamMask",
-    "StaticMask",
-    "TrustRatioState",
-    "add_decayed_weights",
-    "applies_weight_decay",
-    "base_optimizer",
-    "current_lr",
-    "decay_arguments",
-    "default_mask",
-    "epochs_to_steps",
-    "has_trust_ratio",
-    "hyperparameters",
-    "lamb",
-    "lars",
-    "legw_schedule",
-    "make",
-    "make_schedule",
-    "map_params_with_path",
-    "masked_paths",
-    "noise_scale_terms",
-    "param_mask",
-    "path_str",
-    "plan",
-    "resolve_mask",
-    "safe_norm",
-    "scale_by_trust_ratio",
+    # scaling rules
     "scale_lr",
     "scale_warmup_epochs",
-    "scaled_schedule",
     "scheme_rules",
-    "scheme_schedule",
+    "SCHEMES",
+    "LR_RULES",
+    "WARMUP_RULES",
+    # optimizers and transforms
+    "lars",
+    "lamb",
+    "scale_by_trust_ratio",
+    "add_decayed_weights",
+    "TrustRatioState",
+    "safe_norm",
+    # masks
+    "param_mask",
+    "default_mask",
     "static_mask",
-    "tree_sq_norm",
-    "trust_ratios",
-    "warmup_decay_schedule",
+    "ParamMask",
+    "StaticMask",
+    "resolve_mask",
+    "masked_paths",
+    "path_str",
+    "map_params_with_path",
 ]

@@ -12,7 +12,7 @@ import optax
 import pytest
 from flax import nnx
 
-from lbtrain import optim
+from lbtrain import noise_scale
 from lbtrain import step as step_lib
 
 D, N = 6, 4096
@@ -31,18 +31,18 @@ def problem():
 def test_estimator_formulas_recover_the_exact_terms(problem):
     x, w, g_sq, trace = problem
     rng = np.random.default_rng(1)
-    avg = optim.NoiseScaleAverager()
+    avg = noise_scale.NoiseScaleAverager()
     b, big = 8, 64
     for _ in range(3000):
         idx = rng.integers(0, N, big)  # with replacement: independent examples
         grads = w - x[idx]
         small = np.mean([np.sum(grads[i : i + b].mean(0) ** 2) for i in range(0, big, b)])
-        est_g, est_t = optim.noise_scale_terms(small, np.sum(grads.mean(0) ** 2), b, big)
+        est_g, est_t = noise_scale.noise_scale_terms(small, np.sum(grads.mean(0) ** 2), b, big)
         avg.update(est_g, est_t)
     assert avg.grad_sq_sum / avg.count == pytest.approx(g_sq, rel=0.05)
     assert avg.trace_sum / avg.count == pytest.approx(trace, rel=0.05)
     assert avg.value == pytest.approx(trace / g_sq, rel=0.08)
-    assert np.isnan(optim.NoiseScaleAverager().value)
+    assert np.isnan(noise_scale.NoiseScaleAverager().value)
 
 
 class Quadratic(nnx.Module):
@@ -76,7 +76,7 @@ def test_train_step_logs_the_noise_scale_of_its_micro_batches(problem):
     )
     state = step_lib.initial_state(params, {}, tx, None)
     rng = np.random.default_rng(2)
-    avg = optim.NoiseScaleAverager()
+    avg = noise_scale.NoiseScaleAverager()
     for _ in range(1500):
         state, m = step(state, {"x": x[rng.integers(0, N, batch)]})
         avg.update(m["noise_grad_sq"], m["noise_trace"])
@@ -95,9 +95,9 @@ def test_tree_sq_norm_accumulates_in_at_least_float32():
     tree = {"bf": jnp.asarray(a, jnp.bfloat16), "t": (jnp.asarray(b, jnp.float32), None)}
     want = np.sum(np.asarray(tree["bf"], np.float64) ** 2) + np.sum(np.float64(np.float32(b)) ** 2)
     # bfloat16 sums would miss by ~1e-3
-    assert float(optim.tree_sq_norm(tree)) == pytest.approx(want, rel=1e-6)
-    assert float(optim.tree_sq_norm({})) == 0.0
+    assert float(noise_scale.tree_sq_norm(tree)) == pytest.approx(want, rel=1e-6)
+    assert float(noise_scale.tree_sq_norm({})) == 0.0
     with jax.enable_x64(True):
         c = rng.normal(size=(50,)) * (1 + 1e-12)
-        got = optim.tree_sq_norm({"c": jnp.asarray(c)})
+        got = noise_scale.tree_sq_norm({"c": jnp.asarray(c)})
         assert got.dtype == jnp.float64 and float(got) == pytest.approx(np.sum(c**2), rel=1e-14)

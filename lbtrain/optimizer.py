@@ -1,15 +1,19 @@
-"""Config -> one explicit optax chain: [clip] -> optimizer(lr = scaled warmup/decay schedule).
+"""The engine's optimizer factory: config -> one explicit optax chain, [clip] -> optimizer(lr =
+scaled warmup/decay schedule), and the plan it implies (peak LR, warmup and total updates).
 
-``cfg`` is any mapping with attribute access (an ``ml_collections.ConfigDict`` in lbtrain); this
-module imports nothing else of lbtrain. Its shape (see :func:`make`)::
+This is the engine's config glue, not the optax library: it reads the ``optim`` block of an lbtrain
+config and builds from the parts of :mod:`lbtrain.optim` (which imports nothing of this module).
+``cfg`` is any mapping with attribute access (an ``ml_collections.ConfigDict`` in lbtrain). Its
+shape (see :func:`make`)::
 
     name, base_lr, base_batch_size, scheme, clip_norm, weight_decay,
     mask: {min_ndim, exclude_from_weight_decay, exclude_from_trust_ratio},
     <one block per optimizer, its hyper-parameters>: e.g. lars: {momentum, nesterov, eta, eps},
     schedule: {warmup_epochs, decay, <one block per decay>: e.g. poly: {power, end_value}}
 
-Only the selected optimizer's block and the selected decay's block are read. The tables below are
-the single place where an optimizer's (or a decay's) name, builder and defaults live.
+Only the selected optimizer's block and the selected decay's block are read. The table below is
+the single place where an optimizer's name, builder and defaults live (a decay's: ``DECAY_DEFAULTS``
+in :mod:`lbtrain.optim.schedules`).
 """
 
 from __future__ import annotations

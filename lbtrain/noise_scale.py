@@ -11,6 +11,9 @@ tr(Sigma)/B`` (``G`` the true gradient, ``Sigma`` the per-example gradient covar
 Each estimate is noisy; average the two estimates over many steps *separately* and take the ratio of
 the averages (:class:`NoiseScaleAverager`). ``B_simple`` is roughly the batch size beyond which a
 larger batch stops buying proportionally fewer steps (the critical batch size).
+
+Part of the engine (the train step measures the two terms, ``scripts/critical_batch.py`` averages
+them), not of the optax library :mod:`lbtrain.optim`.
 """
 
 from __future__ import annotations
