@@ -34,7 +34,7 @@ linear_legw_warmup | sqrt_const_warmup), optimizer (lars | momentum
 
 import ml_collections
 
-from lbtrain import config_lib, optim
+from lbtrain import config_lib, optimizer
 from lbtrain.registry import choose
 
 BASE_BATCH = 512
@@ -110,7 +110,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     # explicit for the reader), where the optimizer has them
     if wd:
         config.optim.mask.exclude_from_weight_decay = BN_AND_BIAS
-    if optim.has_trust_ratio(a.optimizer):
+    if optimizer.has_trust_ratio(a.optimizer):
         config.optim.mask.exclude_from_trust_ratio = BN_AND_BIAS
 
     if a.runlocal:  # ~1 min on 2 CPU cores: 1,497 training digits, ResNet-18 layout at width 16

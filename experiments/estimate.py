@@ -22,7 +22,7 @@ from ml_collections import ConfigDict
 from experiments import ROOT, runfiles, tuning
 from experiments.common import Experiment, Plan, Run, load_run_config
 from experiments.step_times import StepKey, StepTimes, workload
-from lbtrain import config_lib, optim, setup
+from lbtrain import config_lib, optimizer, setup
 from lbtrain import data as data_lib
 from lbtrain.data import batching, images, prepare
 from lbtrain.data.prepare import sources
@@ -249,7 +249,7 @@ def _row(config, run: Run, kind: str, low: bool, devices: Devices, accelerator, 
         config_lib.validate(config)
         size = train_size(config)
         spe = epoch_steps(config, size.rows)
-        p = optim.plan(
+        p = optimizer.plan(
             config.optim, batch_size=batch, steps_per_epoch=spe, num_epochs=config.num_epochs
         )
         if p.warmup_steps >= p.total_steps:  # setup.build refuses it (setup._check_schedule)

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 
 import ml_collections
 
-from lbtrain import hostmem, optim, registry
+from lbtrain import hostmem, optim, optimizer, registry
 from lbtrain.errors import ConfigError
 
 
@@ -98,9 +98,9 @@ def optim_config(**overrides) -> ml_collections.ConfigDict:
     cfg.weight_decay = 0.0  # L2 on the gradient (adamw: decoupled; lars/lamb: in their formulas)
     # which leaves get weight decay / a trust ratio: ndim >= min_ndim, unless a regex in
     # exclude_from_* matches their path
-    cfg.mask = _block(optim.MASK_DEFAULTS)
-    for name in optim.OPTIMIZERS:
-        cfg[name] = _block(optim.hyperparameters(name))
+    cfg.mask = _block(optimizer.MASK_DEFAULTS)
+    for name in optimizer.OPTIMIZERS:
+        cfg[name] = _block(optimizer.hyperparameters(name))
     cfg.schedule = ml_collections.ConfigDict()
     cfg.schedule.warmup_epochs = 0.0  # W0 at base_batch_size; scaled by the scheme's warmup rule
     # a key of lbtrain.optim.DECAYS; its arguments are in schedule.<decay>
@@ -197,7 +197,9 @@ def _unselected_blocks(config) -> None:
     """A value set in the block of an optimizer or a decay that is not selected would be ignored:
     refuse it."""
     o = config.optim
-    blocks = [(f"optim.{n}", optim.hyperparameters(n), n == o.name) for n in optim.OPTIMIZERS]
+    blocks = [
+        (f"optim.{n}", optimizer.hyperparameters(n), n == o.name) for n in optimizer.OPTIMIZERS
+    ]
     blocks += [
         (f"optim.schedule.{n}", d, n == o.schedule.decay) for n, d in optim.DECAY_DEFAULTS.items()
     ]
@@ -213,12 +215,12 @@ def _unselected_blocks(config) -> None:
                 f"{o.name if what == 'optim.name' else o.schedule.decay!r}: it would be ignored; "
                 f"remove it or select {where.rsplit('.', 1)[1]!r}"
             )
-    constructor = optim.OPTIMIZERS[o.name]
-    facts = [f for f in optim.FACTS if f in registry.signature_keys(constructor)[0]]
+    constructor = optimizer.OPTIMIZERS[o.name]
+    facts = [f for f in optimizer.FACTS if f in registry.signature_keys(constructor)[0]]
     registry.check(
         constructor, o[o.name], path=f"optim.{o.name}", what=f"optim.name={o.name!r}", facts=facts
     )
-    trust = optim.has_trust_ratio(o.name)
+    trust = optimizer.has_trust_ratio(o.name)
     if tuple(o.mask.exclude_from_trust_ratio) and not trust:
         raise ConfigError(
             f"optim.mask.exclude_from_trust_ratio is set but optim.name={o.name!r} has no trust "
@@ -293,7 +295,7 @@ def validate(config) -> None:
 def _validate(config) -> None:
     from lbtrain import data, models, tasks
 
-    _choice("optim.name", config.optim.name, tuple(optim.OPTIMIZERS))
+    _choice("optim.name", config.optim.name, tuple(optimizer.OPTIMIZERS))
     _choice("optim.scheme", config.optim.scheme, tuple(optim.SCHEMES))
     _choice("optim.schedule.decay", config.optim.schedule.decay, optim.DECAYS)
     _choice("model.name", config.model.name, models.MODELS)

@@ -16,7 +16,7 @@ import numpy as np
 import optax
 from flax import nnx
 
-from lbtrain import config_lib, models, optim, parallel, step, tasks
+from lbtrain import config_lib, models, optim, optimizer, parallel, step, tasks
 from lbtrain import data as data_lib
 from lbtrain.errors import ConfigError, ShardingError
 from lbtrain.progress import unit_name
@@ -45,7 +45,7 @@ class Plan:
     eval_every: int
     checkpoint_every: int
     num_params: int
-    optim: optim.OptimPlan
+    optim: optimizer.OptimPlan
 
     def describe(self) -> str:
         """The start-up summary. A *step* is one optimizer update (of ``accum_steps``
@@ -120,7 +120,7 @@ def accumulation(config) -> tuple[int, bool]:
 def _check_schedule(config, steps_per_epoch: int, global_batch: int) -> None:
     """The warmup must be shorter than training (the keys named): else the decay could never run.
     Checked before the model is built, on the optimizer's own plan."""
-    p = optim.plan(
+    p = optimizer.plan(
         config.optim,
         batch_size=global_batch,
         steps_per_epoch=steps_per_epoch,
@@ -184,7 +184,7 @@ def build(config, workdir: str | None = None, *, data=None) -> Run:
     _check_schedule(config, spe, global_batch)
     task = tasks.make(config)
     train_graphdef, eval_graphdef, params, model_state, model = _model(config, data)
-    tx, oplan = optim.make(
+    tx, oplan = optimizer.make(
         config.optim, batch_size=global_batch, steps_per_epoch=spe, num_epochs=config.num_epochs
     )
     state = step.initial_state(params, model_state, tx, task.init_carry(model, global_batch))

@@ -27,7 +27,7 @@ import jax.numpy as jnp
 import optax
 from flax import nnx
 
-from lbtrain import optim, parallel
+from lbtrain import noise_scale, optimizer, parallel
 from lbtrain.health import Health, Verdict, judge
 from lbtrain.tasks.base import CountsTokens
 
@@ -135,7 +135,7 @@ def gradients(
         mb, mcarry = micro
         (micro_sum, (c, model_state, mcarry)), g = grad_fn(params, model_state, mb, mcarry)
         if settings.noise_scale:  # |mean gradient of this micro-batch|^2
-            small_sq = small_sq + optim.tree_sq_norm(g) / jnp.maximum(c, 1.0) ** 2
+            small_sq = small_sq + noise_scale.tree_sq_norm(g) / jnp.maximum(c, 1.0) ** 2
         return (
             loss_sum + micro_sum,
             count + c,
@@ -195,9 +195,11 @@ def step_metrics(
         metrics["loss_per_token"] = g.loss_sum / tokens
     if settings.noise_scale and g.small_sq is not None:
         k = settings.accum_steps
-        mean_sq, trace = optim.noise_scale_terms(g.small_sq, jnp.sum(grad_sq), g.count / k, g.count)
+        mean_sq, trace = noise_scale.noise_scale_terms(
+            g.small_sq, jnp.sum(grad_sq), g.count / k, g.count
+        )
         metrics.update(noise_grad_sq=mean_sq, noise_trace=trace, noise_scale=trace / mean_sq)
-    ratios = optim.trust_ratios(opt_state)
+    ratios = optimizer.trust_ratios(opt_state)
     if ratios is not None:
         r = jnp.stack(jax.tree.leaves(ratios))
         metrics.update(trust_ratio_min=r.min(), trust_ratio_mean=r.mean(), trust_ratio_max=r.max())
@@ -253,7 +255,7 @@ def train_step(
         settings,
         g,
         batch,
-        lr=optim.current_lr(opt_state),
+        lr=optimizer.current_lr(opt_state),
         grad_sq=grad_sq,
         param_norm=param_norm,
         update_norm=update_norm,

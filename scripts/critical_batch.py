@@ -42,7 +42,8 @@ def measure(
     per-window ``B_simple`` and the batch sizes involved."""
     import jax
 
-    from lbtrain import config_lib, optim, setup
+    from lbtrain import config_lib, setup
+    from lbtrain.noise_scale import NoiseScaleAverager
     from lbtrain.checkpoint import Checkpointer
 
     config = config_lib.load_config(spec)
@@ -58,7 +59,7 @@ def measure(
         ckpt.close()
     batches, dataset = run.batches, run.data
     start = int(state.step)
-    overall, windows, current = optim.NoiseScaleAverager(), [], optim.NoiseScaleAverager()
+    overall, windows, current = NoiseScaleAverager(), [], NoiseScaleAverager()
     with jax.set_mesh(run.mesh):
         it = batches.iterate(start)
         for i in range(steps):
@@ -70,7 +71,7 @@ def measure(
             current.update(g, t)
             if current.count == window:
                 windows.append((start + i + 1, current.value))
-                current = optim.NoiseScaleAverager()
+                current = NoiseScaleAverager()
     unit = "examples" if dataset.items_per_row == 1 else f"tokens ({dataset.items_per_row} per row)"
     return {
         "b_simple": overall.value,

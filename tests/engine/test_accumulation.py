@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from experiments import ROOT
-from lbtrain import config_lib, optim, setup
+from lbtrain import config_lib, optimizer, setup
 from lbtrain.data import ClassificationData, LanguageModelData
 from lbtrain.data.batching import ArraySource
 from lbtrain.data.lm_corpus import Corpus
@@ -48,7 +48,7 @@ def mnist_case(name):
     return cfg, ClassificationData(src, src)
 
 
-@pytest.mark.parametrize("name", list(optim.OPTIMIZERS))
+@pytest.mark.parametrize("name", list(optimizer.OPTIMIZERS))
 def test_accumulation_equals_the_full_batch_mnist_lstm(name):
     full, loss_full, _ = one_update(*mnist_case(name), 1)
     accum, loss_accum, _ = one_update(*mnist_case(name), 4)

@@ -10,7 +10,7 @@ import optax
 import pytest
 from flax import nnx
 
-from lbtrain import config_lib, data, loop, models, optim, tasks
+from lbtrain import config_lib, data, loop, models, optimizer, tasks
 from lbtrain.data import ArraySource, ClassificationData
 from lbtrain.errors import ConfigError
 from lbtrain.metrics import read_jsonl
@@ -81,7 +81,7 @@ def signed_sgd(learning_rate, momentum=0.0):
 def registered(monkeypatch):
     monkeypatch.setitem(models.MODELS, "linear", Linear)
     monkeypatch.setitem(data.DATASETS, "blobs", blobs)
-    monkeypatch.setitem(optim.OPTIMIZERS, "signed_sgd", signed_sgd)
+    monkeypatch.setitem(optimizer.OPTIMIZERS, "signed_sgd", signed_sgd)
     monkeypatch.setitem(data.DATASETS, "line", line)
     monkeypatch.setitem(tasks.TASKS, "regression", Regression)
 

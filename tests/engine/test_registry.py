@@ -11,7 +11,7 @@ import ml_collections
 import pytest
 from flax import nnx
 
-from lbtrain import config_lib, data, models, optim, registry, tasks
+from lbtrain import config_lib, data, models, optim, optimizer, registry, tasks
 from lbtrain.data import images, lm_corpus, mnist, parallel_text
 from lbtrain.errors import ConfigError
 
@@ -92,7 +92,9 @@ def build_modules(config) -> None:
     with pytest.raises(Reached):
         models.make(config.model, nnx.Rngs(0), **MODEL_FACTS.get(config.data.name, {}))
     tasks.make(config)
-    optim.make(config.optim, batch_size=int(config.batch_size), steps_per_epoch=10, num_epochs=1.0)
+    optimizer.make(
+        config.optim, batch_size=int(config.batch_size), steps_per_epoch=10, num_epochs=1.0
+    )
 
 
 def one_line_naming(err, path: str) -> None:

@@ -11,7 +11,7 @@ import pytest
 from experiments import ROOT, ptb_small, tuning
 from experiments.common import load_run_config, started_first
 from experiments.sweep.scheduler import launch_order
-from lbtrain import optim
+from lbtrain import optimizer
 
 EXP = ptb_small.EXPERIMENT
 PLAN = EXP.plan("paper_model")
@@ -46,7 +46,9 @@ def test_the_longest_warmup_ends_before_the_first_decay_step():
     for r in PLAN.runs + tuple(tuning.runs(EXP, PLAN, lambda name: None)):
         c = config_of(r)
         assert c.optim.schedule.warmup_epochs == 1 / 32
-        p = optim.plan(c.optim, batch_size=r.batch, steps_per_epoch=STEPS_PER_EPOCH, num_epochs=13)
+        p = optimizer.plan(
+            c.optim, batch_size=r.batch, steps_per_epoch=STEPS_PER_EPOCH, num_epochs=13
+        )
         if r.batch == 1280:
             assert p.warmup_epochs == by_hand.get(r.scheme, 1 / 32), r.name
         longest = max(longest, p.warmup_epochs)

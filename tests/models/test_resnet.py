@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from lbtrain import config_lib, optim
+from lbtrain import config_lib, optim, optimizer
 from lbtrain.errors import ConfigError
 from lbtrain.models.resnet import Block, ResNet
 
@@ -74,7 +74,7 @@ def test_lars_step_leaves_excluded_leaves_with_trust_ratio_one():
     state = tx.init(params)
     grads = jax.tree.map(lambda x: jnp.full_like(x, 0.01), params)
     _, state = jax.jit(tx.update)(grads, state, params)
-    ratios = optim.trust_ratios(state)
+    ratios = optimizer.trust_ratios(state)
     for (path, r), (_, p) in zip(
         jax.tree_util.tree_flatten_with_path(ratios)[0],
         jax.tree_util.tree_flatten_with_path(params)[0],

@@ -8,7 +8,7 @@ import pytest
 from support.forced_devices import run_script
 
 from experiments import ROOT
-from lbtrain import config_lib, loop, optim
+from lbtrain import config_lib, loop, optimizer
 
 CONFIG = os.path.join(ROOT, "configs/resnet50_imagenet.py")
 
@@ -65,7 +65,7 @@ def test_batchnorm_statistics_are_global_eight_devices_equal_one():
 def test_legw_reproduces_the_papers_lars_table(batch, lr, warmup):
     cfg = config_lib.load_config(f"{CONFIG}:batch={batch},scheme=legw")
     steps_per_epoch = 1_281_167 // batch
-    _, plan = optim.make(
+    _, plan = optimizer.make(
         cfg.optim, batch_size=batch, steps_per_epoch=steps_per_epoch, num_epochs=cfg.num_epochs
     )
     assert plan.peak_lr == pytest.approx(lr, rel=1e-6) and plan.warmup_epochs == pytest.approx(
@@ -87,7 +87,7 @@ def test_legw_reproduces_the_papers_lars_table(batch, lr, warmup):
 def test_optimizer_comparison_configs_scale_each_base_lr_with_legw(name):
     base = config_lib.load_config(f"{CONFIG}:optimizer={name}")
     big = config_lib.load_config(f"{CONFIG}:optimizer={name},batch=16384")
-    _, plan = optim.make(big.optim, batch_size=16384, steps_per_epoch=78, num_epochs=90)
+    _, plan = optimizer.make(big.optim, batch_size=16384, steps_per_epoch=78, num_epochs=90)
     assert plan.optimizer == name and plan.peak_lr == pytest.approx(base.optim.base_lr * 32**0.5)
     assert plan.warmup_epochs == pytest.approx(10 / 64 * 32)
 
