@@ -43,8 +43,8 @@ def measure(
     import jax
 
     from lbtrain import config_lib, setup
-    from lbtrain.noise_scale import NoiseScaleAverager
     from lbtrain.checkpoint import Checkpointer
+    from lbtrain.noise_scale import NoiseScaleAverager
 
     config = config_lib.load_config(spec)
     config.unlock()
