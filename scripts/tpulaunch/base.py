@@ -12,6 +12,12 @@ import threading
 from .common import PROG, LaunchError, new_launch_id, quote_inner, stop_process
 
 
+def comment(text: str) -> str:
+    """``text`` as comment lines of --dry-run's output: every line of it begins with ``#``, so no
+    part of a message runs when the output does (the flags hold no control character either)."""
+    return "\n".join("# " + line for line in text.splitlines() or [""])
+
+
 class Base:
     """What the launcher's parts share: the options, the launch's state, printing and running."""
 
@@ -35,7 +41,7 @@ class Base:
         --dry-run."""
         with self.lock:
             if self.dry:  # the --dry-run output stays a script: messages are comments
-                print(f"# {message}", flush=True)
+                print(comment(message), flush=True)
             else:
                 print(f"{PROG}: {message}", file=sys.stderr if err else sys.stdout, flush=True)
 
@@ -47,7 +53,7 @@ class Base:
     def note(self, text: str):
         """A comment line in --dry-run output."""
         if self.dry:
-            print("# " + text, flush=True)
+            print(comment(text), flush=True)
 
     def run(
         self,

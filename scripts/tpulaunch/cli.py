@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import re
 import sys
+import unicodedata
 
 from .accelerators import accelerator
 from .common import LaunchError
@@ -25,6 +26,7 @@ def parse_args(argv: list) -> argparse.Namespace:
     opts.lbtrain_args = lbtrain_args
     if opts.print_worker_script:
         return opts
+    check_values(p, opts)
     check_slice_flags(p, opts)
     check_run_flags(p, opts)
     try:
@@ -77,6 +79,31 @@ def usage(p: argparse.ArgumentParser, message: str):
     p.print_usage(sys.stderr)
     print(f"{p.prog}: error: {message}", file=sys.stderr)
     sys.exit(2)
+
+
+def control_character(text: str) -> bool:
+    """Whether ``text`` holds a control character (a newline, a tab, a carriage return, ...)."""
+    return any(unicodedata.category(c) == "Cc" for c in text)
+
+
+def check_values(p: argparse.ArgumentParser, opts: argparse.Namespace):
+    """Refuse a control character in any flag's value and in lbtrain's arguments: a newline would
+    end the comment of --dry-run's output that shows it (the rest of the value would run as a
+    command), and no TPU name, path or lbtrain flag needs one."""
+    for flag, value in sorted(vars(opts).items()):
+        values = value if isinstance(value, list) else [value]
+        for item in values:
+            if isinstance(item, str) and control_character(item):
+                where = (
+                    "lbtrain's argument"
+                    if flag == "lbtrain_args"
+                    else f"--{flag.replace('_', '-')}"
+                )
+                usage(
+                    p,
+                    f"{where} {item!r} holds a control character (a newline, a tab): the launcher "
+                    "takes none, in any value",
+                )
 
 
 def check_slice_flags(p: argparse.ArgumentParser, opts: argparse.Namespace):
