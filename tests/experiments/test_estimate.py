@@ -302,8 +302,8 @@ def test_full_plans_name_the_data_to_prepare_and_gnmts_one_time_build():
     measured it. The local plans read embedded data and name none."""
     expected = {
         mnist_lstm: "lbtrain-data prepare mnist (11.6 MB download",
-        ptb_small: "lbtrain-data prepare ptb (download size not published",
-        ptb_large: "lbtrain-data prepare ptb (download size not published",
+        ptb_small: "lbtrain-data prepare ptb (34.9 MB download",
+        ptb_large: "lbtrain-data prepare ptb (34.9 MB download",
         gnmt: "lbtrain-data prepare wmt16 (1.69 GB download",
         resnet50: "lbtrain-data prepare imagenet2012 --manual_dir=DIR (154.64 GB download",
         optimizers: "lbtrain-data prepare imagenet2012 --manual_dir=DIR (154.64 GB download",
