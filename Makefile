@@ -1,15 +1,16 @@
-# The two commands of the README, `make demo` and `make test`, a quicker test subset, `make test-quick`, and
-# `make lint`: the layout is the formatter's and the linter's (configured in pyproject.toml), checked in CI.
+# The two commands of the README, `make demo` and `make test`, a quicker test subset, `make test-quick`,
+# `make lint`: the layout is the formatter's and the linter's (configured in pyproject.toml), checked in CI,
+# and `make docs`: the documentation site, built offline with warnings as errors, as CI builds it.
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: venv demo test test-quick lint clean
+.PHONY: venv demo test test-quick lint docs clean
 
 $(BIN)/lbtrain: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[train,offline,test,plots]'
+	$(BIN)/pip install --quiet -e '.[train,offline,test,plots,docs]'
 	touch $@
 
 venv: $(BIN)/lbtrain
@@ -32,5 +33,11 @@ lint: venv
 	$(BIN)/ruff format --check .
 	$(BIN)/ruff check .
 
+# The site (docs/conf.py): docs/*.md as its pages (MyST) and the API reference of lbtrain.optim from its
+# docstrings (autodoc), into build/docs/html. -W: a warning fails the build.
+DOCS_OUT ?= build/docs/html
+docs: venv
+	$(BIN)/sphinx-build -W --keep-going -q -b html docs $(DOCS_OUT)
+
 clean:
-	rm -rf $(VENV) runs
+	rm -rf $(VENV) runs build/docs
