@@ -62,7 +62,7 @@ def _norm_dtype(*xs) -> jnp.dtype:
     return jnp.promote_types(jnp.result_type(*xs), jnp.float32)
 
 
-def safe_norm(x: jax.typing.ArrayLike, dtype: jax.typing.DTypeLike | None = None) -> jax.Array:
+def safe_norm(x: jax.typing.ArrayLike, dtype: jnp.dtype | None = None) -> jax.Array:
     """The Frobenius norm ``sqrt(sum(x ** 2))`` whose gradient at ``x = 0`` is 0, not NaN.
 
     The norm every trust ratio here is computed with: of the whole array, whatever its shape.
@@ -171,8 +171,8 @@ def scale_by_trust_ratio(
     eta: jax.typing.ArrayLike = 1.0,
     weight_decay: jax.typing.ArrayLike = 0.0,
     eps: jax.typing.ArrayLike = 0.0,
-    mask: Mask | None = None,
-    weight_decay_mask: Mask | None = None,
+    mask: Mask = None,
+    weight_decay_mask: Mask = None,
 ) -> optax.GradientTransformation:
     """Scale each leaf's update by its layer-wise trust ratio, the paper's (and TF LARS's) formula.
 
@@ -241,7 +241,7 @@ def _decayed_weights(factory: str, weight_decay, mask) -> optax.GradientTransfor
 
 
 def add_decayed_weights(
-    weight_decay: jax.typing.ArrayLike = 0.0, mask: Mask | None = None
+    weight_decay: jax.typing.ArrayLike = 0.0, mask: Mask = None
 ) -> optax.GradientTransformation:
     """Add ``weight_decay * w`` to the update of each leaf ``mask`` selects: ``u = g + wd * w``.
 
@@ -280,8 +280,8 @@ def lars(
     eta: jax.typing.ArrayLike = 1e-3,
     eps: jax.typing.ArrayLike = 0.0,
     nesterov: bool = False,
-    weight_decay_mask: Mask | None = default_mask,
-    trust_ratio_mask: Mask | None = default_mask,
+    weight_decay_mask: Mask = default_mask,
+    trust_ratio_mask: Mask = default_mask,
 ) -> optax.GradientTransformation:
     """LARS, layer-wise adaptive rate scaling, exactly as TensorFlow's ``LARSOptimizer``.
 
@@ -352,8 +352,8 @@ def lamb(
     eps: jax.typing.ArrayLike = 1e-6,
     eps_root: jax.typing.ArrayLike = 0.0,
     weight_decay: jax.typing.ArrayLike = 0.0,
-    weight_decay_mask: Mask | None = default_mask,
-    trust_ratio_mask: Mask | None = default_mask,
+    weight_decay_mask: Mask = default_mask,
+    trust_ratio_mask: Mask = default_mask,
 ) -> optax.GradientTransformation:
     """LAMB, Adam with a layer-wise trust ratio, with separate decay and trust-ratio masks.
 

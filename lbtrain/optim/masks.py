@@ -318,7 +318,7 @@ def _first_non_bool(tree):
     return None
 
 
-def check_mask(mask: Mask | None, what: str = "mask") -> Mask | None:
+def check_mask(mask: Mask, what: str = "mask") -> Mask:
     """``mask`` if it is ``None`` (every leaf), a bool, a callable or a pytree whose leaves are all
     bools; otherwise a ``TypeError`` in one line naming ``what`` and what it got (a string, a
     number, an array are not masks: truthiness would silently decide them)."""
@@ -388,7 +388,7 @@ def _first_mismatch(mask, params, path: str = "") -> str | None:
     return None
 
 
-def resolve_mask(mask: Mask | None, params: Any, what: str = "mask") -> Any:
+def resolve_mask(mask: Mask, params: Any, what: str = "mask") -> Any:
     """The full mask a mask argument means for ``params``: one bool per parameter.
 
     What the transforms here do with their masks, at ``init`` and at every update; useful to see

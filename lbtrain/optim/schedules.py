@@ -395,9 +395,9 @@ def legw_schedule(
     base_lr: float,
     base_batch_size: int,
     batch_size: int,
-    base_warmup_epochs: float,
-    steps_per_epoch: float,
-    num_epochs: float,
+    base_warmup_epochs: float | Fraction,
+    steps_per_epoch: float | Fraction,
+    num_epochs: float | Fraction,
     decay: str = "poly",
     **decay_kwargs,
 ) -> optax.Schedule:
