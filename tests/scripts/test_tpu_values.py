@@ -65,6 +65,7 @@ def gcloud_calls(fs) -> list:
     return out
 
 
+@pytest.mark.slow  # two launches with their installs: 5-13 s on 2 busy cores
 def test_odd_values_reach_the_run_alike_from_a_launch_and_its_dry_run_script(fake):
     flags = ["--env", f"NOTE={ODD}"]
     dry = ok(launch(fake, *flags, "--dry-run", lbtrain=ARGS))
