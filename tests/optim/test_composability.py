@@ -348,3 +348,41 @@ def test_opt_state_round_trips_through_an_orbax_checkpoint(tmp_path):
     resumed, _ = make().update(as_jax(GRADS[2]), restored["opt_state"], restored["params"])
     for a, b in zip(jax.tree.leaves(resumed), jax.tree.leaves(cont), strict=True):
         np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize(
+    "factory", [optim.lars, optim.lamb, optim.scale_by_trust_ratio, optim.add_decayed_weights]
+)
+def test_every_argument_typed_as_an_array_can_be_scheduled(factory):
+    """The signature's types say what ``inject_hyperparams`` may schedule: each argument typed
+    ``jax.typing.ArrayLike`` (or ``optax.ScalarOrSchedule``), given as a schedule, is a hyper-
+    parameter that the state follows from update to update, and the first update is the one the
+    constant value gives (injected too: inject_hyperparams casts numbers to the params' dtype, which
+    moves LAMB's bias correction by float32 rounding)."""
+    import inspect
+
+    parameters = inspect.signature(factory).parameters
+    typed = [
+        name
+        for name, p in parameters.items()
+        if p.annotation in ("jax.typing.ArrayLike", "optax.ScalarOrSchedule")
+    ]
+    assert {"weight_decay"} <= set(typed) and "nesterov" not in typed
+    given = {"learning_rate": 0.1} if "learning_rate" in parameters else {}
+    given.update(weight_decay=0.01)
+    params, grads = as_jax(PARAMS), as_jax(GRADS[0])
+    for name in typed:
+        value = given.get(name, parameters[name].default) or 1e-3
+
+        def schedule(count, value=value):
+            return value * (1.0 + count)  # the constant's value at the first update
+
+        tx = optax.inject_hyperparams(factory)(**{**given, name: schedule})
+        updates, state = tx.update(grads, tx.init(params), params)
+        assert float(state.hyperparams[name]) == pytest.approx(value, rel=1e-6), name
+        _, state = tx.update(grads, state, params)
+        assert float(state.hyperparams[name]) == pytest.approx(2.0 * value, rel=1e-6), name
+        plain = optax.inject_hyperparams(factory)(**{**given, name: value})
+        expected, _ = plain.update(grads, plain.init(params), params)
+        for got, want in zip(jax.tree.leaves(updates), jax.tree.leaves(expected), strict=True):
+            np.testing.assert_allclose(got, want, rtol=1e-6, err_msg=name)
