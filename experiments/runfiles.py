@@ -6,7 +6,10 @@ them.
 - ``results.json``: the run finished (lbtrain writes it last).
 - ``failure.json``: the run diverged, a result of the run (lbtrain writes it from process 0).
 - neither: not finished yet (never started, killed, preempted, or stopped by an error that is not a
-  result of the run, such as a held workdir lock or a missing data folder): run it again.
+  result of the run): run it again, unless
+- ``error.json`` (:data:`lbtrain.errors.ERROR_RECORD`) says its last attempt ended on an error that
+  running it again cannot get past (a config value, missing data): fix that first. A held workdir
+  lock or a storage error writes none: those are retried.
 
 :func:`publish` copies a finished run's files (not its checkpoints) to
 ``<results_dir>/runs/<run>/``, what the pages are rebuilt from.
@@ -19,12 +22,13 @@ import json
 
 from experiments import tuning
 from experiments.common import Experiment, Plan, Run
-from lbtrain import rundir
+from lbtrain import errors, rundir
 
 # what publishing copies, in this order; results.json or failure.json last, so a published folder
 # with either one holds the rest
 RUN_FILES = ("config.json", "metrics.jsonl", "provenance.json", "results.json", "failure.json")
 LOG_NAME = "stdout.log"  # the run's (process 0's) output, beside its files
+ERROR_PREFIX = "lbtrain: error: "  # how lbtrain starts the one line of an error a user can fix
 
 
 class Outcome(enum.Enum):
@@ -58,6 +62,30 @@ def read_failure(run_dir: str) -> str:
     """The error line of a failed run, without its ``lbtrain: error:`` prefix."""
     failure = rundir.read_json(rundir.path(run_dir) / "failure.json", {})
     return failure.get("error", "?").removeprefix("lbtrain: error: ")
+
+
+def read_error(run_dir: str) -> str | None:
+    """The one line of the error that ended the run's last attempt, when running it again cannot
+    get past it (a config or data error: :data:`lbtrain.errors.MUST_FIX`), without its
+    ``lbtrain: error:`` prefix; None otherwise."""
+    record = rundir.read_json(rundir.path(run_dir) / errors.ERROR_RECORD)
+    if not isinstance(record, dict) or not isinstance(record.get("error"), str):
+        return None
+    return record["error"].removeprefix("lbtrain: error: ")
+
+
+def clear_error(run_dir: str) -> None:
+    """Forget the error of an earlier attempt (before the run starts again)."""
+    target = rundir.path(run_dir) / errors.ERROR_RECORD
+    if target.exists():
+        target.unlink()
+
+
+def last_error_line(run_dir: str) -> str | None:
+    """The last ``lbtrain: error:`` line of the run's log, without the prefix (None without one)."""
+    data = rundir.read_bytes(join(run_dir, LOG_NAME)) or b""
+    lines = [x for x in data.decode(errors="replace").splitlines() if x.startswith(ERROR_PREFIX)]
+    return lines[-1].removeprefix(ERROR_PREFIX) if lines else None
 
 
 def read_run(run_dir: str) -> dict | None:

@@ -45,9 +45,15 @@ runs known so far. The scheduler (experiments/sweep/scheduler.py) is the same fo
 an executor (experiments/sweep/executors/, each with its own flags) only starts runs and reports
 what it sees (``--executor=local``: processes on this machine; ``tpu``: a pool of Cloud TPU slices
 through scripts/tpu_launch.sh; ``slurm``: one SLURM job per run, docs/slurm.md). A run that stops
-without ``results.json`` or ``failure.json`` (killed, a held workdir lock, missing data) is
-reported and tried again on the next pass; one that diverged is a result and is not. The
-protocol every experiment follows: docs/reproduce.md.
+without ``results.json`` or ``failure.json`` (killed, preempted, a held workdir lock) is
+reported and tried again on the next pass; one that diverged is a result and is not. One that
+ended on a config or data error (exit 2, or its workdir's ``error.json``) is not retried either:
+no other run starts, and the command prints its line and exits 1. Before the first run, a dataset
+the runs read that is not prepared where they read it is refused in one line naming the
+``lbtrain-data prepare`` command; ``--data_dir`` sets the data root of the runs that have one.
+Ctrl-C (at the terminal, or SIGINT/SIGTERM to this process) stops every live run with a
+checkpoint and exits 130; the same command resumes them. The protocol every experiment follows:
+docs/reproduce.md.
 
     python scripts/reproduce.py --experiment=all --plan=local --render  # every local table
 """
@@ -62,7 +68,7 @@ import sys
 from absl import flags
 from checkout import ROOT  # beside this script: puts the repository on sys.path
 
-from experiments import catalog, estimate, probe, report, runfiles
+from experiments import catalog, data_roots, estimate, probe, report, runfiles
 from experiments.common import UnknownPlan
 from experiments.step_times import StepTimes
 from experiments.sweep import executors, scheduler
@@ -103,9 +109,9 @@ _JOBS = flags.DEFINE_integer(
 _DATA_DIR = flags.DEFINE_string(
     "data_dir",
     "",
-    "The data root of every run (sets --config.data.dir; default: $TFDS_DATA_DIR, else "
-    "~/tensorflow_datasets, where lbtrain-data prepares); local (relative: from this folder) or "
-    "gs://.",
+    "The data root of the runs whose config has one (sets their --config.data.dir; default: "
+    "$TFDS_DATA_DIR, else ~/tensorflow_datasets, where lbtrain-data prepares); local (relative: "
+    "from this folder) or gs://. A plan whose runs read no data root refuses it.",
 )
 _ONLY = flags.DEFINE_list("only", [], "Run (and render) only these run names.")
 _RUNS_DIR = flags.DEFINE_string(
@@ -236,9 +242,12 @@ def caller_path(value: str) -> str:
 
 
 def extra_flags() -> list[str]:
-    data_dir = caller_path(_DATA_DIR.value)
-    data = [f"--config.data.dir={data_dir}"] if data_dir else []
-    return data + list(_EXTRA.value)
+    """--extra's flags, added to every run (--data_dir's only to the runs with a data root)."""
+    return list(_EXTRA.value)
+
+
+def data_dir() -> str:
+    return caller_path(_DATA_DIR.value)
 
 
 def chips_per_run():
@@ -298,12 +307,15 @@ def main(argv):
             f"reproduce: unknown run in --only: {', '.join(unknown)}; valid: "
             f"{', '.join(r.name for r in known)}"
         )
+    chosen = [r for r in known if not _ONLY.value or r.name in _ONLY.value]
+    if data_dir() and not any(data_roots.has_root(exp, plan, r) for r in chosen):
+        raise SystemExit(data_roots.no_root_line(exp, plan_name, plan, chosen))
     if _PRINT.value:  # the tuning's later stages depend on results: only the runs known now
-        for r in known:
-            if not _ONLY.value or r.name in _ONLY.value:
-                workdir = runfiles.join(runs_dir, r.name)
-                args = scheduler.lbtrain_args(exp, r, plan, workdir, extra_flags())
-                print(shlex.join(["lbtrain", *args]))
+        for r in chosen:
+            workdir = runfiles.join(runs_dir, r.name)
+            extra = [*data_roots.data_flags(exp, plan, r, data_dir()), *extra_flags()]
+            args = scheduler.lbtrain_args(exp, r, plan, workdir, extra)
+            print(shlex.join(["lbtrain", *args]))
         return
     try:
         if _PUBLISH.value or _RENDER.value:
@@ -335,7 +347,15 @@ def probe_step_times(exp, plan, cost, runs_dir: str):
 
     def run_sweep(probe_plan, results_dir: str) -> None:
         sweep = scheduler.Sweep(
-            exp, probe_plan, executor, probes_dir, results_dir, (), extra_flags(), _JOBS.value
+            exp,
+            probe_plan,
+            executor,
+            probes_dir,
+            results_dir,
+            (),
+            extra_flags(),
+            _JOBS.value,
+            data_dir=data_dir(),
         )
         sweep.run()
 
@@ -408,6 +428,7 @@ def train(exp, plan, runs_dir: str, results_dir: str) -> None:
         _ONLY.value,
         extra_flags(),
         _JOBS.value,
+        data_dir=data_dir(),
     )
     sweep.check()
     if _RESET_PREEMPTIONS.value:
@@ -426,11 +447,22 @@ def train(exp, plan, runs_dir: str, results_dir: str) -> None:
         )
         if refused:
             raise SystemExit(f"reproduce: --max_chip_hours: the plan may take {refused}")
+    todo = [r for r in sweep.known() if not runfiles.published(r.name, results_dir)]
+    missing = data_roots.unprepared(exp, plan, todo, data_dir())
+    if missing:
+        raise SystemExit("reproduce: " + "; ".join(missing))
     try:
         sweep.run()
     except KeyboardInterrupt:
         print("reproduce: interrupted; run the same command again to resume", file=sys.stderr)
         sys.exit(130)
+    if sweep.errors:  # a config or data error: fix it, then run the same command again
+        lines = [f"reproduce: {name}: {line}" for name, line in sweep.errors.items()]
+        for line in lines[:-1]:
+            print(line, file=sys.stderr)
+        raise SystemExit(
+            f"{lines[-1]} (no run was started after it: fix it, then run the same command again)"
+        )
 
 
 def refuse_old_flags(argv: list[str]) -> None:

@@ -9,8 +9,12 @@ ended:
 
 - ``results.json``: finished; ``failure.json``: diverged, a result. Either is published to
   ``<results_dir>/runs/<run>/`` and never run again.
-- neither (killed, preempted, a held workdir lock, missing data): reported as stopped, not started
-  again in this pass; the next ``reproduce.py`` resumes it from its checkpoint.
+- neither (killed, preempted, a held workdir lock, a storage error): reported as stopped, not
+  started again in this pass; the next ``reproduce.py`` resumes it from its checkpoint.
+- neither, after an error that running it again cannot get past (exit status 2, or the workdir's
+  ``error.json``: a config or data error): the sweep starts no other run, lets the live ones end,
+  and :attr:`Sweep.errors` names the run and its line (``reproduce.py`` shows them and exits 1).
+  The next pass tries the run again, once the cause is fixed.
 
 The tuned column unfolds as runs finish: the runs known are recomputed from the published finals
 whenever a run ends (:func:`experiments.runfiles.all_runs`), and started in :func:`launch_order`.
@@ -27,7 +31,7 @@ import threading
 import time
 from collections.abc import Sequence
 
-from experiments import runfiles
+from experiments import data_roots, runfiles
 from experiments.common import Experiment, Plan, Run
 from experiments.sweep import state as sweep_state
 from experiments.sweep.executors.base import Executor, Job, Slot
@@ -104,7 +108,8 @@ class _Live:
 @dataclasses.dataclass
 class Sweep:
     """One pass over a plan with one executor (``only``: these run names alone; ``extra``: flags
-    added to every run; ``jobs``: at most this many runs at once, 0 for one per slot)."""
+    added to every run; ``jobs``: at most this many runs at once, 0 for one per slot;
+    ``data_dir``: the data root of the runs whose config has one)."""
 
     exp: Experiment
     plan: Plan
@@ -116,11 +121,14 @@ class Sweep:
     jobs: int = 0
     poll_seconds: float = 0.2
     out: object = None
+    data_dir: str = ""
 
     def __post_init__(self):
         self.checked = False
         self.running: dict[str, tuple[Slot, Run, Job]] = {}
         self.done: set[str] = set()  # published, or ended without an outcome in this pass
+        # run -> the line of the config or data error it ended on: no new run starts after one
+        self.errors: dict[str, str] = {}
 
     @functools.cached_property
     def state(self) -> SweepState:
@@ -142,6 +150,12 @@ class Sweep:
     def workdir(self, run: Run) -> str:
         return runfiles.join(self.runs_dir, run.name)
 
+    def args(self, run: Run) -> list[str]:
+        """``run``'s ``lbtrain`` arguments: ``--config.data.dir`` where its config has a data
+        root, then the extra flags."""
+        data = data_roots.data_flags(self.exp, self.plan, run, self.data_dir)
+        return lbtrain_args(self.exp, run, self.plan, self.workdir(run), [*data, *self.extra])
+
     def _settled(self, run: Run) -> bool:
         """Whether ``run`` needs no training: published earlier, or finished in its workdir (then
         published now)."""
@@ -157,6 +171,8 @@ class Sweep:
         return False
 
     def _start_some(self) -> None:
+        if self.errors:  # a run needs a fix that the others likely need too: start none
+            return
         known = self.known()
         pending = []
         for r in known:
@@ -178,7 +194,8 @@ class Sweep:
                 continue
             pending.remove(run)
             rec = self.state.run(run.name)
-            args = lbtrain_args(self.exp, run, self.plan, self.workdir(run), self.extra)
+            args = self.args(run)
+            runfiles.clear_error(self.workdir(run))  # an earlier attempt's, fixed since or not
             job = self.executor.start(slot, run, args, self.workdir(run), copy.deepcopy(rec))
             rec.status, rec.slot, rec.detail = sweep_state.RUNNING, slot.name, ""
             rec.attempts += 1
@@ -203,16 +220,23 @@ class Sweep:
         else:
             log = runfiles.join(self.workdir(run), runfiles.LOG_NAME)
             rec.status = sweep_state.STOPPED
-            text = f"stopped without a result (exit {code}; see {log}); the next pass retries it"
+            error = runfiles.read_error(self.workdir(run))
+            if error is None and code == 2:  # the command line, before the workdir was known
+                error = runfiles.last_error_line(self.workdir(run)) or f"exit 2; see {log}"
+            if error is not None:
+                self.errors[name] = error
+                text = f"stopped on an error to fix first (not retried): {error}"
+            else:
+                text = (
+                    f"stopped without a result (exit {code}; see {log}); the next pass retries it"
+                )
         rec.detail = text
         self._save()
         self.live(name, text)
 
     def _args_for(self, name: str) -> list[str] | None:
         run = next((r for r in self.known() if r.name == name), None)
-        if run is None:
-            return None
-        return lbtrain_args(self.exp, run, self.plan, self.workdir(run), self.extra)
+        return None if run is None else self.args(run)
 
     def _save(self) -> None:
         """The sweep's state, with the executor's own record of its slots."""
@@ -246,8 +270,9 @@ class Sweep:
             )
 
     def run(self) -> SweepState:
-        """Train the runs until none is left to start; returns the sweep's state. Ctrl-C or
-        SIGTERM at any point stops the live runs, lets the executor release what it holds, and
+        """Train the runs until none is left to start (or, after a run's config or data error,
+        until the live ones have ended: :attr:`errors`); returns the sweep's state. Ctrl-C, SIGTERM
+        or SIGHUP at any point stops the live runs, lets the executor release what it holds, and
         raises KeyboardInterrupt."""
         if not self.checked:
             self.check()
@@ -300,23 +325,35 @@ class Sweep:
         a run its executor leaves live (a queued SLURM job) stays recorded as running, and the
         next pass adopts it."""
         stopping = {name: job.stop() for name, (_, _, job) in self.running.items()}
-        for name, (_, _, job) in list(self.running.items()):
-            if not stopping[name]:
-                self.running.pop(name)
-                continue
-            while job.poll() is None:
-                time.sleep(self.poll_seconds)
-            self._events()
-            self._ended(name, job.poll())
+        for name in [n for n, asked in stopping.items() if not asked]:
+            self.running.pop(name)
+        try:
+            for name, (_, _, job) in list(self.running.items()):
+                while job.poll() is None:
+                    time.sleep(self.poll_seconds)
+                self._events()
+                self._ended(name, job.poll())
+        except KeyboardInterrupt:  # a second Ctrl-C: stop waiting for the runs
+            left = ", ".join(self.running)
+            print(
+                f"interrupted again: not waiting for {left} (a local run that got both Ctrl-Cs "
+                "exits at once; one asked to stop saves a checkpoint and exits by itself)",
+                file=self.out or sys.stdout,
+                flush=True,
+            )
 
 
 class _signals_as_interrupt:
-    """SIGTERM handled as Ctrl-C while the sweep runs (main thread only)."""
+    """SIGTERM and SIGHUP (the terminal closed) handled as Ctrl-C while the sweep runs (main
+    thread only): the live runs are stopped and sweep.json is written before the scheduler
+    ends."""
+
+    SIGNALS = (signal.SIGTERM, signal.SIGHUP)
 
     def __enter__(self):
-        self.previous = None
+        self.previous = {}
         if threading.current_thread() is threading.main_thread():
-            self.previous = signal.signal(signal.SIGTERM, self._raise)
+            self.previous = {s: signal.signal(s, self._raise) for s in self.SIGNALS}
         return self
 
     @staticmethod
@@ -324,6 +361,6 @@ class _signals_as_interrupt:
         raise KeyboardInterrupt
 
     def __exit__(self, *exc):
-        if self.previous is not None:
-            signal.signal(signal.SIGTERM, self.previous)
+        for sig, handler in self.previous.items():
+            signal.signal(sig, handler)
         return False

@@ -288,8 +288,7 @@ def test_relative_folders_are_the_callers_not_the_repositorys(tmp_path):
         [
             sys.executable,
             os.path.join(ROOT, "scripts", "reproduce.py"),
-            "--experiment=mnist_lstm",
-            "--plan=local",
+            "--experiment=mnist_lstm",  # the full plan: its runs read a data root (TFDS MNIST)
             "--data_dir=data",
             "--runs_dir=my_runs",
             "--print-commands",

@@ -6,6 +6,12 @@ On GPUs each slot is one GPU (``devices``: their indices) or a share of one (``r
 k > 1): the process sees only its GPU (``CUDA_VISIBLE_DEVICES``) and, when k runs share it,
 preallocates 1/k of its memory less a margin (``XLA_PYTHON_CLIENT_MEM_FRACTION``) instead of JAX's
 default 75 %, which would leave nothing to the others.
+
+The processes stay in the scheduler's process group: a Ctrl-C at the terminal reaches each run
+directly, which checkpoints at its next step and exits (``lbtrain`` takes SIGINT as it takes
+SIGTERM), while the scheduler stops them all the same (:meth:`_Process.stop`) and waits for them, so
+a SIGINT to the scheduler alone keeps the same work; a second Ctrl-C ends the runs at once. Killing
+the whole group (SIGKILL) still ends every run with the scheduler.
 """
 
 from __future__ import annotations
