@@ -22,9 +22,10 @@ demo: venv
 test: venv
 	$(BIN)/python -m pytest -q -n 2 --dist=worksteal --durations=30 tests
 
-# The fast part of the suite: the optax library, the configs, --help, the progress line and the README's quick
-# blocks (`pytest -m "not slow" tests` is everything but the end-to-end runs, and takes most of `make test`).
-QUICK_TESTS := tests/optim tests/engine/test_config.py tests/engine/test_help.py tests/engine/test_progress.py tests/docs/test_readme.py
+# The fast part of the suite: the optax library and its API reference, the configs, --help, the progress line and
+# the README's quick blocks (`pytest -m "not slow" tests` is everything but the end-to-end runs, and takes most
+# of `make test`).
+QUICK_TESTS := tests/optim tests/engine/test_config.py tests/engine/test_help.py tests/engine/test_progress.py tests/docs
 test-quick: venv
 	$(BIN)/python -m pytest -q -m "not slow" $(QUICK_TESTS)
 

@@ -8,6 +8,7 @@ Without the package index (no network) these tests skip in one line, except unde
 where they fail: CI reaches the index, and a skip there would hide a broken install."""
 
 import os
+import pathlib
 import re
 import shutil
 import subprocess
@@ -104,6 +105,10 @@ def test_the_wheel_and_the_environment_hold_no_top_level_name_but_lbtrain(fresh)
         ]
     dist_info = {t for t in tops if t.endswith(".dist-info")}
     assert tops - dist_info == {"lbtrain"}
+    # the Apache-2.0 text travels with it (setuptools takes LICENSE into the dist-info)
+    with zipfile.ZipFile(fresh.wheel) as z:
+        (license_file,) = [n for n in z.namelist() if n.endswith(".dist-info/licenses/LICENSE")]
+        assert z.read(license_file) == (pathlib.Path(ROOT) / "LICENSE").read_bytes()
     assert {t for t in fresh.gained if not t.endswith(".dist-info")} == {"lbtrain"}
     assert any(t.startswith("lbtrain-") for t in fresh.gained)
     # the core requires jax, optax and numpy, and every other requirement sits in an extra
