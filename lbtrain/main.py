@@ -124,8 +124,9 @@ def _workdir() -> str | None:
 def _record_error(e: LbtrainError, line: str, code: int) -> None:
     """:data:`~lbtrain.errors.ERROR_RECORD` in the workdir for an error that running the command
     again cannot get past (:data:`~lbtrain.errors.MUST_FIX`): a scheduler reads it and does not
-    retry the run. Best effort: a workdir that cannot be written leaves the line and the exit
-    status alone to say it."""
+    retry the run. Only in a workdir that exists (a typo creates no folder; a scheduler's run has
+    one, made for its log), and best effort: where it cannot be written, the line and the exit
+    status alone say it."""
     workdir = _workdir()
     if not isinstance(e, MUST_FIX) or not workdir:
         return
@@ -133,7 +134,8 @@ def _record_error(e: LbtrainError, line: str, code: int) -> None:
 
     record = {"error": f"lbtrain: error: {line}", "type": type(e).__name__, "exit": code}
     try:
-        rundir.write_json(rundir.path(workdir) / ERROR_RECORD, record)
+        if rundir.path(workdir).is_dir():
+            rundir.write_json(rundir.path(workdir) / ERROR_RECORD, record)
     except (LbtrainError, OSError):
         pass
 

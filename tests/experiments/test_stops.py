@@ -7,6 +7,7 @@ import json
 import os
 import signal
 import subprocess
+import sys
 import textwrap
 import time
 
@@ -193,3 +194,20 @@ def test_a_run_that_ends_on_a_config_or_data_error_is_not_retried_and_nothing_mo
     assert lines[-1].endswith(
         "(no run was started after it: fix it, then run the same command again)"
     )
+
+    # lbtrain alone: a typo makes no workdir just to record it
+    alone = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "lbtrain.main",
+            "--config=configs/mnist_lstm.py:runlocal=True",
+            "--config.optim.bogus=1",
+            f"--workdir={tmp_path / 'none'}",
+        ],
+        cwd=reproduce_cli.ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert alone.returncode == 2 and typo in alone.stderr and not (tmp_path / "none").exists()
