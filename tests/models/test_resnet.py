@@ -70,7 +70,7 @@ def test_lars_step_leaves_excluded_leaves_with_trust_ratio_one():
     cfg = config_lib.load_config(ROOT_CONFIG + ":runlocal=True")
     model = ResNet(rngs=nnx.Rngs(0), depth=18, width=4, stem="small", in_channels=1, num_classes=10)
     params = nnx.to_pure_dict(nnx.split(model, nnx.Param, ...)[1])
-    tx, _ = optim.make(cfg.optim, batch_size=32, steps_per_epoch=10, num_epochs=2)
+    tx, _ = optimizer.make(cfg.optim, batch_size=32, steps_per_epoch=10, num_epochs=2)
     state = tx.init(params)
     grads = jax.tree.map(lambda x: jnp.full_like(x, 0.01), params)
     _, state = jax.jit(tx.update)(grads, state, params)
