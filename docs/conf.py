@@ -46,9 +46,6 @@ autodoc_type_aliases = {
     "Mask": "lbtrain.optim.masks.Mask",
 }
 
-# The pages show abbreviated output (`...` inside a JSON block, in docs/cloud_tpu.md); the lexer
-# renders such a block in its relaxed mode, which is what the page means.
-suppress_warnings = ["misc.highlighting_failure"]
 
 html_theme = "furo"
 html_title = "lbtrain"

@@ -84,12 +84,12 @@ def refuse_overridden(a, arg: str | None, what: str, forced: dict) -> None:
 
 def optim_config(**overrides) -> ml_collections.ConfigDict:
     """The optimizer block every application shares: the common keys, then one block per optimizer
-    and one per decay with their defaults (``optim.hyperparameters``, ``DECAY_DEFAULTS``). Only the
+    and one per decay with their defaults (``optimizer.hyperparameters``, ``DECAY_DEFAULTS``). Only the
     selected optimizer's and decay's blocks act; :func:`validate` refuses a value set in another
     one. ``overrides`` may be nested dicts, e.g. ``schedule=dict(decay="poly",
     poly=dict(power=2.0))``."""
     cfg = ml_collections.ConfigDict()
-    # a key of lbtrain.optim.OPTIMIZERS; its hyper-parameters are in optim.<name>
+    # a key of lbtrain.optimizer.OPTIMIZERS; its hyper-parameters are in optim.<name>
     cfg.name = "momentum"
     cfg.base_lr = 0.1  # peak LR at base_batch_size (the tuned base recipe)
     cfg.base_batch_size = 128  # B0: the batch the base recipe was tuned at

@@ -3,7 +3,7 @@ place.
 
 The CLI loop, the scripts, the benchmarks and the tests all start here; none of them assembles a
 mesh, a state or a step by itself. A config value travels down only: ``config`` -> this module ->
-``optim.make`` / ``models.make`` / ``data.make`` / ``tasks.make`` -> :mod:`lbtrain.step`.
+``optimizer.make`` / ``models.make`` / ``data.make`` / ``tasks.make`` -> :mod:`lbtrain.step`.
 """
 
 from __future__ import annotations
