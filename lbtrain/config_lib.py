@@ -84,9 +84,9 @@ def refuse_overridden(a, arg: str | None, what: str, forced: dict) -> None:
 
 def optim_config(**overrides) -> ml_collections.ConfigDict:
     """The optimizer block every application shares: the common keys, then one block per optimizer
-    and one per decay with their defaults (``optimizer.hyperparameters``, ``DECAY_DEFAULTS``). Only the
-    selected optimizer's and decay's blocks act; :func:`validate` refuses a value set in another
-    one. ``overrides`` may be nested dicts, e.g. ``schedule=dict(decay="poly",
+    and one per decay with their defaults (``optimizer.hyperparameters``, ``DECAY_DEFAULTS``).
+    Only the selected optimizer's and decay's blocks act; :func:`validate` refuses a value set in
+    another one. ``overrides`` may be nested dicts, e.g. ``schedule=dict(decay="poly",
     poly=dict(power=2.0))``."""
     cfg = ml_collections.ConfigDict()
     # a key of lbtrain.optimizer.OPTIMIZERS; its hyper-parameters are in optim.<name>
