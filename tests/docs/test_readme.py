@@ -1,4 +1,6 @@
-"""The README's runnable code blocks run as written, so the README cannot rot.
+"""The runnable code blocks of the README, of the pages of docs/ and of
+experiments/results/README.md run as written, so the documentation cannot rot; and what
+docs/development.md and docs/reproduce.md state about the tests and the plans matches them.
 
 The marker: a fenced block whose info string has the word ``runnable`` after the language, ````
 ```bash runnable ```` or ```` ```python runnable ```` (GitHub shows them as plain bash / python).
@@ -13,23 +15,41 @@ succeed), a python block with this Python. ``/tmp/`` in a block is replaced by a
 folder, so a workdir a block names never holds an earlier run.
 """
 
+import glob
 import os
 import re
 import subprocess
 import sys
 
 import pytest
-from support.readme import LANGUAGES, readme, runnable_blocks
+from support.readme import LANGUAGES, runnable_blocks
 
 from experiments import ROOT
 
-BLOCKS = runnable_blocks(readme())
+DEVELOPMENT = os.path.join("docs", "development.md")
+REPRODUCE = os.path.join("docs", "reproduce.md")
+
+
+def documents() -> list[str]:
+    """The README, every page of docs/ and the results' README, as paths from the repository."""
+    pages = sorted(glob.glob(os.path.join(ROOT, "docs", "*.md")))
+    pages.append(os.path.join(ROOT, "experiments", "results", "README.md"))
+    return ["README.md"] + [os.path.relpath(p, ROOT) for p in pages]
+
+
+def text(path: str) -> str:
+    with open(os.path.join(ROOT, path), encoding="utf-8") as f:
+        return f.read()
+
+
+# (document, language, slow, code, line) of every runnable block
+BLOCKS = [(doc, *block) for doc in documents() for block in runnable_blocks(text(doc))]
 
 
 def _params():
-    for lang, slow, code, line in BLOCKS:
+    for doc, lang, slow, code, line in BLOCKS:
         marks = [pytest.mark.slow] if slow else []
-        yield pytest.param(lang, code, id=f"{lang}-line{line}", marks=marks)
+        yield pytest.param(lang, code, id=f"{doc}-{lang}-line{line}", marks=marks)
 
 
 def test_the_marker_is_parsed():
@@ -46,9 +66,12 @@ def test_the_marker_is_parsed():
         runnable_blocks("```sh runnable\nls\n```\n")
 
 
-def test_the_readme_has_runnable_blocks_of_each_kind():
-    assert {lang for lang, *_ in BLOCKS} == set(LANGUAGES)
-    assert any(slow for _, slow, *_ in BLOCKS) and any(not slow for _, slow, *_ in BLOCKS)
+def test_the_documents_have_runnable_blocks_of_each_kind():
+    docs = {doc for doc, *_ in BLOCKS}
+    assert {"README.md", os.path.join("docs", "data.md"), REPRODUCE} <= docs
+    readme = [b for b in BLOCKS if b[0] == "README.md"]
+    assert {lang for _, lang, *_ in readme} == set(LANGUAGES)
+    assert any(slow for *_, slow, _, _ in BLOCKS) and any(not slow for *_, slow, _, _ in BLOCKS)
 
 
 @pytest.mark.parametrize("lang, code", list(_params()))
@@ -73,8 +96,8 @@ def test_readme_block_runs(lang, code, tmp_path):
 
 
 def test_the_quick_test_count_is_what_make_test_quick_collects():
-    """The README's "~N fast tests" of `make test-quick`, against pytest's own count of the
-    Makefile's QUICK_TESTS (within 10 %: the count grows with every test)."""
+    """docs/development.md's "~N fast tests" of `make test-quick`, against pytest's own count of
+    the Makefile's QUICK_TESTS (within 10 %: the count grows with every test)."""
     with open(os.path.join(ROOT, "Makefile"), encoding="utf-8") as f:
         quick = re.search(r"^QUICK_TESTS := (.+)$", f.read(), re.M).group(1).split()
     proc = subprocess.run(
@@ -86,14 +109,15 @@ def test_the_quick_test_count_is_what_make_test_quick_collects():
     )
     collected = re.search(r"^(\d+)(?:/\d+)? tests? collected", proc.stdout, re.M)
     assert collected, proc.stdout[-2000:]
-    stated = re.search(r"`make test-quick` \| ~(\d+) fast tests", readme())
-    assert stated, "the README's make test-quick row"
+    stated = re.search(r"`make test-quick` \| ~(\d+) fast tests", text(DEVELOPMENT))
+    assert stated, "docs/development.md's make test-quick row"
     assert abs(int(stated.group(1)) - int(collected.group(1))) <= 0.1 * int(collected.group(1))
 
 
 def seeds_text(plan) -> str:
-    """A plan's seeds per setting as the README's table writes them: ``3``, or ``3 (base, legw), 1
-    (the rest)`` where the claim's columns run more seeds than the others; ``-`` for no runs."""
+    """A plan's seeds per setting as docs/reproduce.md's table of the plans writes them: ``3``, or
+    ``3 (base, legw), 1 (the rest)`` where the claim's columns run more seeds than the others;
+    ``-`` for no runs."""
     by_column: dict[str, set] = {}
     for r in plan.runs:
         if r.role != "noise":
@@ -111,7 +135,7 @@ def test_the_seeds_table_is_what_each_plan_runs():
     from experiments import catalog
 
     table = {}
-    for line in readme().splitlines():
+    for line in text(REPRODUCE).splitlines():
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
         if len(cells) == 6 and cells[0].startswith("`"):
             table[cells[0].strip("`")] = cells

@@ -1,6 +1,6 @@
 """A whole run on a ``gs://`` workdir (a real GCS API: the emulator of tests/conftest.py): killed
 with SIGKILL mid-run, resumed from the bucket, bit-identical to an uninterrupted local run, nothing
-written under the current folder; and the README's Cloud TPU bucket check, run as written."""
+written under the current folder; and docs/running.md's Cloud TPU bucket check, run as written."""
 
 import json
 import os
@@ -85,9 +85,9 @@ def test_gcs_workdir_killed_and_resumed_is_bit_identical_to_a_local_run(tmp_path
 
 
 def readme_bucket_check() -> str:
-    """The README's command that checks a bucket from the local machine before a Cloud TPU
+    """docs/running.md's command that checks a bucket from the local machine before a Cloud TPU
     launch."""
-    with open(os.path.join(ROOT, "README.md")) as f:
+    with open(os.path.join(ROOT, "docs", "running.md")) as f:
         text = f.read()
     section = text[text.index("## Running on Cloud TPU") :]
     return next(

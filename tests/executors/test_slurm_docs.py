@@ -72,13 +72,13 @@ def defined() -> dict[str, bool]:
 
 
 def test_the_pages_commands_use_only_reproduce_pys_flags(defined):
-    """docs/slurm.md's reproduce.py commands, and README's --executor=slurm ones."""
-    with open(os.path.join(ROOT, "README.md"), encoding="utf-8") as f:
-        readme = [a for b in blocks(f.read()) for a in commands(b) if "--executor=slurm" in a]
-    assert readme, "README shows no --executor=slurm command"
+    """docs/slurm.md's reproduce.py commands, and docs/reproduce.md's --executor=slurm ones."""
+    with open(os.path.join(ROOT, "docs", "reproduce.md"), encoding="utf-8") as f:
+        other = [a for b in blocks(f.read()) for a in commands(b) if "--executor=slurm" in a]
+    assert other, "docs/reproduce.md shows no --executor=slurm command"
     shown = [("docs/slurm.md", a) for b in blocks(page()) for a in commands(b)]
     named = 0
-    for where, args in shown + [("README.md", a) for a in readme]:
+    for where, args in shown + [("docs/reproduce.md", a) for a in other]:
         for arg in (a for a in args if a.startswith("--")):
             name = arg[2:].split("=", 1)[0].replace("-", "_")
             if name.startswith("no") and defined.get(name[2:]):

@@ -620,9 +620,9 @@ def test_stale_tpu_holders_are_ended_before_a_run(fake):
 
 
 def documented_launches() -> list:
-    """Every `scripts/tpu_launch.sh ...` command line of the README, docs/cloud_tpu.md and the
-    configs' docstrings, continuation lines joined."""
-    files = ["README.md", os.path.join("docs", "cloud_tpu.md")]
+    """Every `scripts/tpu_launch.sh ...` command line of the README, docs/running.md,
+    docs/cloud_tpu.md and the configs' docstrings, continuation lines joined."""
+    files = ["README.md", os.path.join("docs", "running.md"), os.path.join("docs", "cloud_tpu.md")]
     files += [
         os.path.join("configs", f)
         for f in sorted(os.listdir(os.path.join(ROOT, "configs")))
@@ -640,7 +640,10 @@ def documented_launches() -> list:
 
 def test_every_documented_launch_command_parses():
     commands = documented_launches()
-    assert {name for name, _ in commands} >= {"README.md", os.path.join("docs", "cloud_tpu.md")}
+    assert {name for name, _ in commands} >= {
+        os.path.join("docs", "running.md"),
+        os.path.join("docs", "cloud_tpu.md"),
+    }
     for name, line in commands:
         words = shlex.split(
             line.replace("$BUCKET", "bucket").replace("$ZONE", "us-central2-b"), comments=True
