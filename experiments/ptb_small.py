@@ -36,8 +36,9 @@ PAPER_MODEL_BUDGET = (
     "KJV corpus (737,131 training tokens: PTB-sized), the paper's PTB-small model and recipe "
     "(2x200 LSTM, 10k-word vocabulary, T=20, no dropout, 13 epochs, SGD at lr 1.0 on the "
     "window-summed loss, clip 5, x0.5 an epoch after epoch 4) with a base warmup of 1/32 epoch "
-    "(LEGW's longest, 2 epochs at x64, ends before the first decay step); on two CPU cores a run "
-    "takes 20-50 minutes, so 3 seeds for the base and LEGW columns and one for the others"
+    "(LEGW's longest, 2 epochs at x64, ends before the first decay step); on two CPU cores, two at "
+    "a time, a run takes 40-80 minutes, so 3 seeds for the base and LEGW columns and one for the "
+    "others"
 )
 # the launch order: the claim's columns first (base, LEGW at x16 and x64, the baselines at x64),
 # then their other seeds, the ablations and sensitivity at x64, the noise run, the baselines at
