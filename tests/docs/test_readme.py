@@ -140,6 +140,18 @@ def test_the_seeds_table_is_what_each_plan_runs():
         if len(cells) == 6 and cells[0].startswith("`"):
             table[cells[0].strip("`")] = cells
     assert sorted(table) == catalog.names()
+    # the plans beside full and local: "| `<experiment> --plan=<plan>` | what | seeds | page |"
+    more = {}
+    for line in text(REPRODUCE).splitlines():
+        m = re.match(r"\| `(\w+) --plan=(\w+)` \|[^|]*\| ([^|]+) \|", line)
+        if m:
+            more[(m.group(1), m.group(2))] = m.group(3).strip()
+    expected = {
+        (name, plan): seeds_text(catalog.load(name).plan(plan))
+        for name in catalog.names()
+        for plan in catalog.load(name).more_plans
+    }
+    assert more == expected
     for name, (_, _, full_seeds, _, local_seeds, _) in table.items():
         exp = catalog.load(name)
         assert full_seeds == seeds_text(exp.full), name
