@@ -5,7 +5,6 @@ test_rundir.py, test_checkpoint_verify.py, test_metrics.py and tests/data; docs/
 them all."""
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -13,6 +12,7 @@ import time
 
 import numpy as np
 import pytest
+from support.run_metrics import train_steps
 
 from experiments import ROOT
 from lbtrain.checkpoint import Checkpointer
@@ -35,14 +35,6 @@ def error_line(proc) -> str:
         -3000:
     ]
     return lines[0]
-
-
-def train_steps(workdir):
-    return [
-        json.loads(x)["step"]
-        for x in open(os.path.join(workdir, "metrics.jsonl"))
-        if '"train"' in x
-    ]
 
 
 @pytest.mark.slow

@@ -2,7 +2,6 @@
 the next step and exits 130, and the same command resumes from that step; a second Ctrl-C exits at
 once."""
 
-import json
 import os
 import signal
 import subprocess
@@ -10,6 +9,7 @@ import sys
 import time
 
 import pytest
+from support.run_metrics import train_steps
 
 from experiments import ROOT
 from lbtrain import preemption
@@ -34,14 +34,6 @@ def start(workdir) -> subprocess.Popen:
         text=True,
         start_new_session=True,
     )
-
-
-def train_steps(workdir) -> list[int]:
-    return [
-        json.loads(line)["step"]
-        for line in open(os.path.join(workdir, "metrics.jsonl"))
-        if '"train"' in line
-    ]
 
 
 @pytest.mark.slow

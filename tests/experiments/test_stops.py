@@ -13,6 +13,7 @@ import time
 
 import pytest
 from support import reproduce_cli
+from support.run_metrics import train_steps
 
 from experiments.sweep import state as sweep_state
 from lbtrain.checkpoint import Checkpointer
@@ -34,13 +35,6 @@ TWO_RUNS = textwrap.dedent(
     )
     """
 )
-
-
-def train_steps(workdir) -> list[int]:
-    path = workdir / "metrics.jsonl"
-    if not path.exists():
-        return []
-    return [json.loads(line)["step"] for line in open(path) if '"train"' in line]
 
 
 @pytest.mark.slow
