@@ -83,8 +83,9 @@ IMAGENET = {
     ),
 }
 
-# no published digest; the size is the archive's on Mikolov's page (its three files are checked
-# after extraction, with their sizes below bounding the extraction)
+# no published digest; the size is the one the TensorFlow tutorials' downloader checks for this
+# archive (its three files are checked after extraction by MD5, their sizes below bounding the
+# extraction; those sizes are the files' published listings, not checked against a download here)
 PTB_ARCHIVE = Resource(
     "http://www.fit.vutbr.cz/~imikolov/rnnlm/simple-examples.tgz", 34_869_662, ""
 )
