@@ -332,6 +332,16 @@ def main(argv):
         print(NO_PLOTS, flush=True)
 
 
+def probe_cache() -> StepTimes:
+    """The step times kept in --probe_cache (empty where the file does not exist yet)."""
+    return StepTimes.load(_PROBE_CACHE.value) if os.path.isfile(_PROBE_CACHE.value) else StepTimes()
+
+
+def save_probe_cache(cache: StepTimes) -> None:
+    os.makedirs(os.path.dirname(os.path.abspath(_PROBE_CACHE.value)), exist_ok=True)
+    cache.save(_PROBE_CACHE.value)
+
+
 def probe_step_times(exp, plan, cost, runs_dir: str):
     """--probe: the step times ``cost`` lacks, measured on the executor (workdirs under
     ``<runs_dir>/probes``) and cached in --probe_cache; returns the estimate with them."""
@@ -341,9 +351,7 @@ def probe_step_times(exp, plan, cost, runs_dir: str):
         )
     probes_dir = runfiles.join(runs_dir, "probes")
     executor = make_executor(probes_dir)
-    cache = (
-        StepTimes.load(_PROBE_CACHE.value) if os.path.isfile(_PROBE_CACHE.value) else StepTimes()
-    )
+    cache = probe_cache()
 
     def run_sweep(probe_plan, results_dir: str) -> None:
         sweep = scheduler.Sweep(
@@ -361,8 +369,7 @@ def probe_step_times(exp, plan, cost, runs_dir: str):
 
     for line in probe.probe(exp, plan, cost, run_sweep, cache):
         print(line, flush=True)
-    os.makedirs(os.path.dirname(os.path.abspath(_PROBE_CACHE.value)), exist_ok=True)
-    cache.save(_PROBE_CACHE.value)
+    save_probe_cache(cache)
     return plan_cost(exp, plan)
 
 
@@ -373,13 +380,10 @@ def times_from_runs(exp, plan, cost, results_dir: str):
         raise SystemExit(
             "reproduce: --times_from_runs needs --accelerator (the name its times are kept under)"
         )
-    cache = (
-        StepTimes.load(_PROBE_CACHE.value) if os.path.isfile(_PROBE_CACHE.value) else StepTimes()
-    )
+    cache = probe_cache()
     for line in probe.from_runs(exp, plan, cost, results_dir, cache):
         print(line, flush=True)
-    os.makedirs(os.path.dirname(os.path.abspath(_PROBE_CACHE.value)), exist_ok=True)
-    cache.save(_PROBE_CACHE.value)
+    save_probe_cache(cache)
     return plan_cost(exp, plan)
 
 
