@@ -155,29 +155,38 @@ def test_help_is_quick_and_imports_no_jax():
     assert proc.stderr.strip().endswith("NOJAX"), proc.stderr
 
 
-ALL_SCRIPTS = sorted(  # the programs of scripts/ (checkout.py is a module they import)
-    n
-    for n in os.listdir(os.path.join(ROOT, "scripts"))
-    if n.endswith(".py")
-    and '__name__ == "__main__"' in open(os.path.join(ROOT, "scripts", n)).read()
+# The folders of programs, each run as ``python <folder>/<name>.py``: scripts/ (the commands, the
+# TPU launcher) and scripts/benchmarks/. In each, checkout.py is a module its programs import and
+# the packages hold their shared parts; every other .py file is a program.
+FOLDERS = ("scripts", "scripts/benchmarks")
+
+
+def _source(script: str) -> str:
+    return open(os.path.join(ROOT, "scripts", script)).read()
+
+
+ALL_SCRIPTS = sorted(  # the programs, under scripts/: reproduce.py, benchmarks/bench_lstm.py, ...
+    os.path.relpath(os.path.join(folder, n), "scripts")
+    for folder in FOLDERS
+    for n in os.listdir(os.path.join(ROOT, folder))
+    if n.endswith(".py") and '__name__ == "__main__"' in open(os.path.join(ROOT, folder, n)).read()
 )
-SCRIPTS = [  # the absl ones
-    n
-    for n in ALL_SCRIPTS
-    if "cli_help.run_script(main)" in open(os.path.join(ROOT, "scripts", n)).read()
-]
+SCRIPTS = [s for s in ALL_SCRIPTS if "cli_help.run_script(main)" in _source(s)]  # the absl ones
 
 
 def test_every_absl_script_runs_through_the_help_that_exits_0():
-    """No script of scripts/ calls absl's app.run itself (whose --help exits 1)."""
-    for name in os.listdir(os.path.join(ROOT, "scripts")):
-        if name.endswith(".py"):
-            text = open(os.path.join(ROOT, "scripts", name)).read()
-            assert "app.run(" not in text, name
+    """No script calls absl's app.run itself (whose --help exits 1); every .py file of a folder of
+    programs is one, but its checkout.py."""
+    for folder in FOLDERS:
+        names = [n for n in os.listdir(os.path.join(ROOT, folder)) if n.endswith(".py")]
+        for name in names:
+            assert "app.run(" not in open(os.path.join(ROOT, folder, name)).read(), name
+        programs = {s for s in ALL_SCRIPTS if os.path.dirname(f"scripts/{s}") == folder}
+        assert programs == {
+            os.path.relpath(os.path.join(folder, n), "scripts") for n in names if n != "checkout.py"
+        }
     assert "reproduce.py" in SCRIPTS and "demo.py" in SCRIPTS
-    assert len(ALL_SCRIPTS) == len(os.listdir(os.path.join(ROOT, "scripts"))) - 4 - (
-        "__pycache__" in os.listdir(os.path.join(ROOT, "scripts"))
-    )  # all but checkout.py, tpu_launch.sh and the packages benchlib/ and tpulaunch/
+    assert "benchmarks/bench_lstm.py" in SCRIPTS
 
 
 @pytest.mark.slow
@@ -186,10 +195,11 @@ def test_every_absl_script_runs_through_the_help_that_exits_0():
     # absl's own --helpfull (every flag) on the one whose flags come from other modules too
     [(s, "--help") for s in ALL_SCRIPTS] + [("reproduce.py", "--helpfull")],
 )
-def test_a_scripts_help_exits_0_with_its_docstring_and_flags(script, flag):
+def test_a_scripts_help_exits_0_with_its_docstring_and_flags(script, flag, tmp_path):
     path = os.path.join(ROOT, "scripts", script)
+    # from a folder outside the checkout: a script finds its parts and the repository by its path
     proc = subprocess.run(
-        [sys.executable, path, flag], cwd=ROOT, capture_output=True, text=True, timeout=120
+        [sys.executable, path, flag], cwd=tmp_path, capture_output=True, text=True, timeout=120
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
     if script in SCRIPTS:  # absl's usage: the module's docstring, then its flags

@@ -1,5 +1,6 @@
 """Load a script of scripts/ as a module, once per test process (the scripts define absl flags at
-import, and a flag may be defined only once), or run one end to end (:func:`run_bench`)."""
+import, and a flag may be defined only once), or run a benchmark of scripts/benchmarks/ end to end
+(:func:`run_bench`)."""
 
 import functools
 import importlib.util
@@ -21,11 +22,11 @@ def load_script(name: str):
 
 
 def run_bench(name: str, tmp_path, *args: str, timeout: float = 600) -> tuple[dict, str]:
-    """Run ``scripts/<name>.py`` with ``args`` and ``--json`` into ``tmp_path``, from the repo
-    root; it must exit 0. Returns the JSON it wrote and what it printed."""
+    """Run ``scripts/benchmarks/<name>.py`` with ``args`` and ``--json`` into ``tmp_path``, from
+    the repo root; it must exit 0. Returns the JSON it wrote and what it printed."""
     out = tmp_path / f"{name}.json"
     proc = subprocess.run(
-        [sys.executable, f"scripts/{name}.py", *args, f"--json={out}"],
+        [sys.executable, f"scripts/benchmarks/{name}.py", *args, f"--json={out}"],
         cwd=ROOT,
         capture_output=True,
         text=True,

@@ -1,10 +1,10 @@
 """ImageNet input-pipeline throughput (images/s) per stage, on one core and on all cores, against
 PIL's full decode and the old path measured in the same run.
 
-    python scripts/bench_input.py --json=docs/bench/input_pipeline_amd_epyc.json
+    python scripts/benchmarks/bench_input.py --json=docs/bench/input_pipeline_amd_epyc.json
     # tiny (the test)
-    python scripts/bench_input.py --images=6 --image_size=32 --batch=2 --rounds=1 --min_time=0 \
-        --resnet_depth=18 --resnet_image_size=16 --resnet_batch=2
+    python scripts/benchmarks/bench_input.py --images=6 --image_size=32 --batch=2 --rounds=1 \
+        --min_time=0 --resnet_depth=18 --resnet_image_size=16 --resnet_batch=2
 
 It writes an ``imagenet2012`` TFDS folder (``lbtrain.data.tfds_folder``) of real photos cut from
 scikit-learn's sample images: ``--images`` JPEGs, ``--large_share`` of them whole photos scaled to
@@ -22,7 +22,7 @@ ImageNet's ~110 KB). Then, for each of ``--cores`` (``one``: the first core this
   each batch ``jax.device_put`` and waited for; the workers' resident memory (VmRSS, VmHWM).
 
 Also the share of crops decoded at each DCT reduction (``--draws`` crops an image), the images/s a
-ResNet training step consumes here (``scripts/bench_resnet.py`` run as a subprocess,
+ResNet training step consumes here (``scripts/benchmarks/bench_resnet.py`` run as a subprocess,
 ``--resnet_batch=0`` skips it) beside the H200 figure committed in docs/bench and MLPerf's 8xH200,
 and the cores each needs at the per-core rate measured here.
 """
@@ -146,15 +146,16 @@ def time_batches(folder: str, workers: int) -> dict:
 
 
 def resnet_step() -> dict | None:
-    """images/s of the ResNet training step on this machine, from ``scripts/bench_resnet.py`` run
-    as a subprocess on every core (``None`` with ``--resnet_batch=0``)."""
+    """images/s of the ResNet training step on this machine, from
+    ``scripts/benchmarks/bench_resnet.py`` run as a subprocess on every core (``None`` with
+    ``--resnet_batch=0``)."""
     if not _RESNET_BATCH.value:
         return None
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "resnet.json")
         cmd = [
             sys.executable,
-            os.path.join(ROOT, "scripts/bench_resnet.py"),
+            os.path.join(ROOT, "scripts/benchmarks/bench_resnet.py"),
             f"--depth={_RESNET_DEPTH.value}",
             f"--image_size={_RESNET_SIZE.value}",
             f"--batches={_RESNET_BATCH.value}",

@@ -1,9 +1,9 @@
 """The training loop against its bare step, per workload and per host_malloc mode, one fresh process
 a cell.
 
-    python scripts/bench_loop.py --json=docs/bench/loop_workloads_amd_epyc.json
-    python scripts/bench_loop.py --workloads=mnist_lstm,ptb_medium_20 --modes=system,reuse \\
-        --repeats=1
+    python scripts/benchmarks/bench_loop.py --json=docs/bench/loop_workloads_amd_epyc.json
+    python scripts/benchmarks/bench_loop.py --workloads=mnist_lstm,ptb_medium_20 \\
+        --modes=system,reuse --repeats=1
 
 Each cell is a child process (``--child``): it sets its ``host_malloc`` mode before JAX starts (the
 mode cannot change afterwards), builds the workload's config, and

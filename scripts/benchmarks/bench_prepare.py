@@ -2,8 +2,8 @@
 time and peak resident memory of each prepare, against the bare read of the same files (the
 decompression any prepare must do) measured in the same run.
 
-    python scripts/bench_prepare.py --json=/tmp/bench_prepare.json    # MNIST, PTB, WMT16 at size
-    python scripts/bench_prepare.py --pairs=20000 --datasets=wmt16     # seconds
+    python scripts/benchmarks/bench_prepare.py --json=/tmp/bench_prepare.json  # all at size
+    python scripts/benchmarks/bench_prepare.py --pairs=20000 --datasets=wmt16  # seconds
 
 No internet here, so the sources are synthetic, written once into ``--folder`` (reused when the
 settings match, so the script can be rerun) under the official file names, and passed to the

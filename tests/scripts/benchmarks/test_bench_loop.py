@@ -1,5 +1,5 @@
-"""scripts/bench_loop.py end to end on its smallest workload, scaled down: one fresh process per
-mode, the JSON it writes, and the table rebuilt from that JSON alone."""
+"""scripts/benchmarks/bench_loop.py end to end on its smallest workload, scaled down: one fresh
+process per mode, the JSON it writes, and the table rebuilt from that JSON alone."""
 
 import json
 import os
@@ -10,7 +10,7 @@ import pytest
 
 from experiments import ROOT
 
-SCRIPT = os.path.join(ROOT, "scripts", "bench_loop.py")
+SCRIPT = os.path.join(ROOT, "scripts", "benchmarks", "bench_loop.py")
 
 
 @pytest.mark.slow

@@ -2,10 +2,11 @@
 in-run.
 
     # ResNet-50, 224px, batch 64/128/256
-    python scripts/bench_resnet.py
+    python scripts/benchmarks/bench_resnet.py
     # CPU-sized
-    python scripts/bench_resnet.py --depth=18 --image_size=64 --batches=8,32 --dtypes=float32
-    python scripts/bench_resnet.py --json=/tmp/bench_resnet.json
+    python scripts/benchmarks/bench_resnet.py --depth=18 --image_size=64 --batches=8,32 \\
+        --dtypes=float32
+    python scripts/benchmarks/bench_resnet.py --json=/tmp/bench_resnet.json
 
 It times the step the training loop runs (``setup.build(config).train_step`` for
 ``configs/resnet50_imagenet.py``: forward, backward, LARS update, BatchNorm statistics, donated

@@ -1,10 +1,11 @@
 """LSTM language-model training: lbtrain vs Flax's stock LSTM vs PyTorch, same process, same shapes.
 
     # PTB-small and -medium, batch 20 and 640
-    python scripts/bench_lstm.py
-    python scripts/bench_lstm.py --sizes=medium --batches=20 --rounds=5 --json=/tmp/bench.json
+    python scripts/benchmarks/bench_lstm.py
+    python scripts/benchmarks/bench_lstm.py --sizes=medium --batches=20 --rounds=5 \\
+        --json=/tmp/bench.json
     # the whole training loop
-    python scripts/bench_lstm.py --mode=loop --rounds=3 --json=/tmp/loop.json
+    python scripts/benchmarks/bench_lstm.py --mode=loop --rounds=3 --json=/tmp/loop.json
 
 ``--mode=step`` (the default) times the bare step, as follows. ``--mode=loop`` times what a user's
 run does (see :func:`main_loop`): the ``lbtrain`` training loop on a config, against the bare fused
@@ -29,6 +30,7 @@ from benchlib import loop_mode, report, step_mode
 from benchlib.loop_columns import with_batch
 from benchlib.lstm_steps import SIZES
 from benchlib.profiling import measure_matmul_peak, profile_lbtrain
+from checkout import from_checkout  # beside this script: the loop's config from any folder
 
 from lbtrain import cli_help
 
@@ -99,7 +101,7 @@ def main(argv):
 
     # before JAX's backend starts; auto decides as the CLI would for the loop's config at the
     # largest batch
-    largest = with_batch(_LOOP_CONFIG.value, max(map(int, _BATCHES.value)))
+    largest = from_checkout(with_batch(_LOOP_CONFIG.value, max(map(int, _BATCHES.value))))
     state = hostmem.configure(
         _HOST_MALLOC.value, models.activation_bytes(config_lib.load_config(largest))
     )
@@ -171,7 +173,7 @@ def main_loop():
     for batch in map(int, _BATCHES.value):
         spec = with_batch(_LOOP_CONFIG.value, batch)
         columns = loop_mode.build_columns(
-            spec, batch, _VARIANTS.value, _LOOP_TOKENS.value, with_torch
+            from_checkout(spec), batch, _VARIANTS.value, _LOOP_TOKENS.value, with_torch
         )
         times = loop_mode.time_rounds(columns, _ROUNDS.value, batch)
         row = loop_mode.loop_row(batch, spec, columns["loop"], times)

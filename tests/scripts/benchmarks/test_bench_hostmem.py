@@ -1,4 +1,4 @@
-"""scripts/bench_hostmem.py: a tiny end-to-end run (no timing asserted)."""
+"""scripts/benchmarks/bench_hostmem.py: a tiny end-to-end run (no timing asserted)."""
 
 import platform
 

@@ -1,7 +1,7 @@
 """Gradient-accumulation overhead: one update of batch B as 1, 2, 4, 8 micro-batches, same process.
 
-    python scripts/bench_accum.py  # PTB-small LM (2x200, vocab 10k, T=20), B=640
-    python scripts/bench_accum.py --batch=256 --config=configs/mnist_lstm.py
+    python scripts/benchmarks/bench_accum.py  # PTB-small LM (2x200, vocab 10k, T=20), B=640
+    python scripts/benchmarks/bench_accum.py --batch=256 --config=configs/mnist_lstm.py
 
 Prints the time per update for each split (interleaved rounds, median) and its ratio to k = 1.
 """
@@ -13,6 +13,7 @@ import time
 
 import jax
 from absl import flags
+from checkout import from_checkout  # beside this script: the default config from any folder
 
 from lbtrain import cli_help, config_lib, setup
 from lbtrain import data as data_lib
@@ -26,9 +27,11 @@ _ROUNDS = flags.DEFINE_integer("rounds", 3, "Timed rounds (median).")
 def main(argv):
     del argv
     cfg = config_lib.load_config(
-        f"{_CONFIG.value},batch={_BATCH.value}"
-        if ":" in _CONFIG.value
-        else f"{_CONFIG.value}:batch={_BATCH.value}"
+        from_checkout(
+            f"{_CONFIG.value},batch={_BATCH.value}"
+            if ":" in _CONFIG.value
+            else f"{_CONFIG.value}:batch={_BATCH.value}"
+        )
     )
     data = data_lib.synthetic(cfg, _BATCH.value)
     runs = {}

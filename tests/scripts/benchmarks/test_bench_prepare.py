@@ -1,6 +1,6 @@
-"""scripts/bench_prepare.py end to end at a small WMT16 size and PTB's real size: the synthetic
-sources are prepared, the prepared data holds the counts they were written with, and a rerun
-reuses the sources."""
+"""scripts/benchmarks/bench_prepare.py end to end at a small WMT16 size and PTB's real size: the
+synthetic sources are prepared, the prepared data holds the counts they were written with, and a
+rerun reuses the sources."""
 
 from support.script_module import run_bench
 

@@ -1,7 +1,8 @@
-"""scripts/bench_lstm.py: the hand FLOP count and a tiny end-to-end run (no timing asserted)."""
+"""scripts/benchmarks/bench_lstm.py: the hand FLOP count and a tiny end-to-end run (no timing
+asserted)."""
 
 import pytest
-from benchlib.lstm_steps import step_flops  # scripts/ is on sys.path (conftest.py)
+from benchlib.lstm_steps import step_flops  # scripts/benchmarks/ is on pytest's pythonpath
 from support.script_module import run_bench
 
 

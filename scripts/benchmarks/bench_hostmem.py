@@ -1,7 +1,7 @@
 """host_malloc: the bare training step of a config under each allocator mode, one fresh process per
 mode.
 
-    python scripts/bench_hostmem.py --batches=20,640 --json=/tmp/hostmem.json
+    python scripts/benchmarks/bench_hostmem.py --batches=20,640 --json=/tmp/hostmem.json
 
 ``host_malloc`` must be set before JAX starts, so the two modes cannot share a process: each run
 here is a child process (``--child``) that sets its mode, builds the config's run, and times its

@@ -2,8 +2,8 @@
 start (prepared data to its first batch), wall time and peak resident memory, on a synthetic
 corpus shaped like WMT16 en-de.
 
-    python scripts/bench_data.py --json=/tmp/bench_data.json   # 4,548,885 pairs (WMT16's count)
-    python scripts/bench_data.py --pairs=2000 --vocab_size=300 --eval_pairs=50   # seconds
+    python scripts/benchmarks/bench_data.py --json=/tmp/bench_data.json  # 4,548,885 pairs (WMT16's)
+    python scripts/benchmarks/bench_data.py --pairs=2000 --vocab_size=300 --eval_pairs=50  # seconds
 
 The corpus (``--pairs`` training pairs, ``--eval_pairs`` for validation and test) is written as a
 TFDS ``wmt16_translate/de-en`` folder (``lbtrain.data.wmt16_folder``) in ``--data_dir``: sentences

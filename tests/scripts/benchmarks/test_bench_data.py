@@ -1,5 +1,5 @@
-"""scripts/bench_data.py runs end to end on a tiny corpus and writes a consistent JSON (no timing
-asserted); a rerun reuses the corpus and, with --rebuild=false, the measured build."""
+"""scripts/benchmarks/bench_data.py runs end to end on a tiny corpus and writes a consistent JSON
+(no timing asserted); a rerun reuses the corpus and, with --rebuild=false, the measured build."""
 
 import json
 import os

@@ -1,6 +1,6 @@
-"""The stages of ``scripts/bench_input.py``: each one a function over JPEG bytes, timed in worker
-processes pinned to cores; the old path (as of commit e2eaa2d) kept here as a column; the shares of
-DCT reductions; and the resident memory of a process's descendants.
+"""The stages of ``scripts/benchmarks/bench_input.py``: each one a function over JPEG bytes, timed
+in worker processes pinned to cores; the old path (as of commit e2eaa2d) kept here as a column; the
+shares of DCT reductions; and the resident memory of a process's descendants.
 
 Every stage sees the same examples: image ``i`` draws its crop from ``np.random.default_rng([0,
 i])`` in every stage and every pass, so the boxes (and so the reductions) are the same in each.

@@ -1,5 +1,5 @@
-"""scripts/bench_resnet.py runs end to end on a tiny setting and reports consistent numbers (no
-timing asserted)."""
+"""scripts/benchmarks/bench_resnet.py runs end to end on a tiny setting and reports consistent
+numbers (no timing asserted)."""
 
 import pytest
 from support.script_module import run_bench

@@ -1,5 +1,5 @@
-"""scripts/bench_input.py runs end to end on a tiny setting and writes a consistent JSON (no
-timing asserted)."""
+"""scripts/benchmarks/bench_input.py runs end to end on a tiny setting and writes a consistent JSON
+(no timing asserted)."""
 
 import math
 
