@@ -61,7 +61,8 @@ PREPARE = {
     ("lm", "ptb"): "ptb",
     ("translation", "wmt16"): "wmt16",
 }
-# GNMT's one-time vocabulary and id build at WMT16's size, as scripts/bench_data.py measured it
+# GNMT's one-time vocabulary and id build at WMT16's size, as measured by
+# scripts/benchmarks/bench_data.py
 DATA_BUILD_BENCH = os.path.join("docs", "bench", "gnmt_data_wmt16_amd_epyc.json")
 
 

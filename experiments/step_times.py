@@ -1,7 +1,7 @@
 """Measured step times, the input of a plan's chip-hours (:mod:`experiments.estimate`): a probe
 cache (a JSON file of :data:`FORMAT`, written by whatever timed a short run on the target) or a
-committed benchmark JSON (``scripts/bench_resnet.py``, ``scripts/bench_lstm.py``), keyed by what
-a step's time depends on (:class:`StepKey`)."""
+committed benchmark JSON (``scripts/benchmarks/bench_resnet.py``,
+``scripts/benchmarks/bench_lstm.py``), keyed by what a step's time depends on (:class:`StepKey`)."""
 
 from __future__ import annotations
 
@@ -74,8 +74,8 @@ class StepTimes:
     @classmethod
     def load(cls, *paths: str, accelerator: str | None = None) -> StepTimes:
         """The entries of every file: probe caches, or the benchmark JSONs of
-        ``scripts/bench_resnet.py`` and ``scripts/bench_lstm.py`` (the latter names no device:
-        ``accelerator`` does)."""
+        ``scripts/benchmarks/bench_resnet.py`` and ``scripts/benchmarks/bench_lstm.py`` (the latter
+        names no device: ``accelerator`` does)."""
         out = cls()
         for path in paths:
             with open(path) as f:

@@ -15,22 +15,23 @@ keep freed memory for the next request instead:
 
 The price: the resident memory stays at its peak, which is higher, since blocks freed at different
 times fragment one heap (PTB-medium at batch 640: 10.5 GB instead of 4.3 GB,
-``scripts/bench_hostmem.py``), and threads share one arena's lock for requests that their per-thread
-caches cannot serve. glibc can still split a freed block for small requests and map fresh pages for
-the next large one, so some steps fault. Nothing computed changes. The settings must be made before
-JAX starts its backend (its threads pick their arena at their first allocation); :func:`configure`
-says so when it is called too late. ``auto`` means ``system`` when the run will be on an accelerator
-(a plugin installed and ``JAX_PLATFORMS`` not ``cpu``), where the step's scratch lives in device
-memory. On a C library other than glibc every mode leaves the allocator as it is.
+``scripts/benchmarks/bench_hostmem.py``), and threads share one arena's lock for requests that their
+per-thread caches cannot serve. glibc can still split a freed block for small requests and map fresh
+pages for the next large one, so some steps fault. Nothing computed changes. The settings must be
+made before JAX starts its backend (its threads pick their arena at their first allocation);
+:func:`configure` says so when it is called too late. ``auto`` means ``system`` when the run will be
+on an accelerator (a plugin installed and ``JAX_PLATFORMS`` not ``cpu``), where the step's scratch
+lives in device memory. On a C library other than glibc every mode leaves the allocator as it is.
 
 ``auto`` on the CPU decides per run, from an estimate of the step's largest activation
 (:func:`lbtrain.models.activation_bytes`: the logits of a language or translation model, a ResNet's
 first stage): ``reuse`` from ``REUSE_FROM_BYTES`` up, ``system`` below. The single arena has a price
 of its own: XLA:CPU's worker threads then contend for one arena's lock, which made a small model's
-loop 1.7x slower (runlocal MNIST-LSTM, 1.05 -> 1.76 ms an update, ``scripts/bench_loop.py``), while
-a step whose scratch is larger than glibc's largest ``mmap`` threshold (32 MB) faults it in afresh
-every step without it. The threshold lies between the workloads measured to lose under ``reuse`` and
-those measured to gain (docs/performance.md, ``docs/bench/loop_workloads_*.json``).
+loop 1.7x slower (runlocal MNIST-LSTM, 1.05 -> 1.76 ms an update,
+``scripts/benchmarks/bench_loop.py``), while a step whose scratch is larger than glibc's largest
+``mmap`` threshold (32 MB) faults it in afresh every step without it. The threshold lies between the
+workloads measured to lose under ``reuse`` and those measured to gain (docs/performance.md,
+``docs/bench/loop_workloads_*.json``).
 """
 
 from __future__ import annotations

@@ -57,9 +57,9 @@ def test_auto_reuses_freed_memory_only_for_a_large_step_on_the_cpu(
     ],
 )
 def test_auto_picks_by_the_configs_largest_activation(spec, expected):
-    """The rows of scripts/bench_loop.py: auto on the CPU takes the mode that was fastest there. By
-    hand: PTB-medium at batch 20 has 20 x 35 x 10,000 logits (26.7 MiB); runlocal PTB 20 x 20 x
-    2,000 (3.1 MiB)."""
+    """The rows of scripts/benchmarks/bench_loop.py: auto on the CPU takes the mode that was fastest
+    there. By hand: PTB-medium at batch 20 has 20 x 35 x 10,000 logits (26.7 MiB); runlocal PTB 20 x
+    20 x 2,000 (3.1 MiB)."""
     config = config_lib.load_config(spec)
     assert hostmem.resolve("auto", "cpu", [], models.activation_bytes(config)) == expected
     if spec.endswith("size=medium"):
@@ -171,8 +171,8 @@ def test_reuse_hands_a_freed_large_block_back_already_mapped():
 @GLIBC
 def test_reuse_cuts_the_page_faults_of_xla_cpu_steps():
     """glibc can still split a freed scratch block to serve small requests and map fresh pages for
-    the next step, so reuse removes most of the faults, not all (scripts/bench_lstm.py --mode=loop
-    --profile reports them for the real step)."""
+    the next step, so reuse removes most of the faults, not all (scripts/benchmarks/bench_lstm.py
+    --mode=loop --profile reports them for the real step)."""
     pages = 4096 * 4096 * 4 / os.sysconf("SC_PAGE_SIZE")  # the 64 MB scratch, in pages
     state, system = _faults(STEPS, "system")
     # without it every step faults its scratch in
