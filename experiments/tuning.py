@@ -172,8 +172,13 @@ def state(exp: Experiment, plan: Plan, final: Final) -> list[LineState]:
 def runs(exp: Experiment, plan: Plan, final: Final) -> list[Run]:
     """Every tuning run that the finished ones call for so far (finished or not), in a fixed order:
     the grids, then the best points' other seeds, then the budget runs; none already in the plan."""
+    return planned(plan, state(exp, plan, final))
+
+
+def planned(plan: Plan, states: list[LineState]) -> list[Run]:
+    """:func:`runs` for the lines' states already computed (:func:`state`), so that a caller that
+    reads the states too (the rendered page) asks for them once."""
     t = plan.tuning
-    states = state(exp, plan, final)
     grids, seeds, budgets = [], [], []
     for s in states:
         grids += [grid_run(s.line, f) for f in s.factors]
