@@ -25,8 +25,8 @@ from experiments.step_times import StepKey, StepTimes, workload
 from lbtrain import config_lib, optimizer, setup
 from lbtrain import data as data_lib
 from lbtrain.data import batching, images, prepare
+from lbtrain.data.lm.streams import StreamBatches
 from lbtrain.data.prepare import sources
-from lbtrain.data.streams import StreamBatches
 from lbtrain.errors import LbtrainError
 
 
@@ -45,7 +45,7 @@ SIZES = {
     ("images", "imagenet"): Size(
         1_281_167, "ImageNet-1k train, TFDS imagenet2012 (validation 50,000)"
     ),
-    # lm_corpus reads every non-empty line's words and text.Vocab.encode ends each with <eos>
+    # lm reads every non-empty line's words and lm.text.Vocab.encode ends each with <eos>
     ("lm", "ptb"): Size(929_589, "PTB ptb.train.txt: 887,521 words + 42,068 <eos> (one a line)"),
     ("translation", "wmt16"): Size(
         4_548_885,
@@ -110,7 +110,7 @@ def train_size(config: ConfigDict) -> Size:
     key = (str(d.name), str(d.get("source", d.get("corpus", ""))))
     if key in SIZES:
         size = SIZES[key]
-        # the loaders keep a prefix (lm_corpus.load, parallel_text.wmt16_pairs)
+        # the loaders keep a prefix (lm.load, translation.parallel_text.wmt16_pairs)
         cap = int(d.get("max_train_tokens", 0) or d.get("max_train_pairs", 0) or 0)
         if 0 < cap < size.rows:
             size = dataclasses.replace(size, rows=cap, what=f"{size.what}; its first {cap:,}")

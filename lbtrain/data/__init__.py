@@ -4,8 +4,8 @@
 arguments (its signature lists the keys it reads, its defaults are the defaults) and the facts
 ``workdir`` (where artefacts built from the data are saved, e.g. a vocabulary) and ``is_writer``
 (whether this process saves them). A key that only one ``data.source`` / ``data.corpus`` reads
-belongs to that sub-choice's constructor (``mnist.SOURCES``, ``lm_corpus.CORPORA``, ...), which
-refuses it for the others.
+belongs to that sub-choice's constructor (``mnist.SOURCES``, ``lm.CORPORA``, ...), which refuses it
+for the others.
 
 A dataset knows how to batch itself: ``train_batches(global_batch, seed, process_index,
 process_count)`` (an object with ``steps_per_epoch``, ``batch_at(step)`` and
@@ -13,69 +13,40 @@ process_count)`` (an object with ``steps_per_epoch``, ``batch_at(step)`` and
 process_count)``. It also says what it counts (``unit``, ``items_per_row``: examples, images, tokens
 or sentence pairs per batch row), ``num_train`` and the facts the model must share with it
 (``model_args``, e.g. the padding id).
+
+Each family of datasets is one subpackage, its ``load`` (the ``DATASETS`` entry) and ``synthetic``
+(random data of its shape, the ``SYNTHETIC`` entry) in its ``__init__.py``:
+:mod:`~lbtrain.data.images` (ImageNet and scikit-learn's digits), :mod:`~lbtrain.data.lm`
+(word-level language-model corpora), :mod:`~lbtrain.data.mnist` and :mod:`~lbtrain.data.translation`
+(parallel text, its subword vocabulary and token cache). The parts they share sit here: the
+interface (:mod:`~lbtrain.data.base`), deterministic batching (:mod:`~lbtrain.data.batching`), split
+rules (:mod:`~lbtrain.data.splits`) and the TFDS split reader (:mod:`~lbtrain.data.tfds_split`);
+:mod:`~lbtrain.data.prepare` is ``lbtrain-data``.
 """
 
 from __future__ import annotations
 
-import dataclasses
-
 import numpy as np
 
 from lbtrain import registry
-from lbtrain.data import images, lm_corpus, mnist, translation
+from lbtrain.data import images, lm, mnist, translation
 from lbtrain.data.base import Dataset
 from lbtrain.data.batching import ArraySource, ClassificationData, TrainBatches, eval_batches
-from lbtrain.data.lm_corpus import LanguageModelData
-from lbtrain.data.streams import StreamBatches, eval_windows
+from lbtrain.data.lm import LanguageModelData
+from lbtrain.data.lm.streams import StreamBatches, eval_windows
 from lbtrain.data.translation import TranslationData
 from lbtrain.errors import DataError
 
 # name -> constructor(**data keys, workdir, is_writer) -> a Dataset
 DATASETS = {
     "mnist": mnist.load,
-    "lm": lm_corpus.load,
+    "lm": lm.load,
     "translation": translation.load,
     "images": images.load,
 }
 
-
-def _random_lm(config, rows: int, rng: np.random.Generator) -> Dataset:
-    window = int(config.data.window)
-    ids = rng.integers(0, config.model.vocab_size, rows * window + 1).astype(np.int32)
-    return LanguageModelData(lm_corpus.Corpus(ids, ids, ids, vocab=None), window)
-
-
-@dataclasses.dataclass
-class _RawImages(ClassificationData):
-    """Classification data whose images the model normalises on the device (``input_norm``)."""
-
-    input_norm: tuple | None = None
-
-    @property
-    def model_args(self) -> dict:
-        return {"input_norm": self.input_norm} if self.input_norm else {}
-
-
-def _random_images(config, rows: int, rng: np.random.Generator) -> Dataset:
-    imagenet = config.data.source == "imagenet"
-    size = int(config.data.image_size) if imagenet else 8
-    shape = (rows, size, size, int(config.model.in_channels))
-    labels = rng.integers(0, config.model.num_classes, rows).astype(np.int32)
-    if imagenet:  # uint8, normalised by the model on the device, as the real pipeline sends them
-        src = ArraySource(image=rng.integers(0, 256, shape).astype(np.uint8), label=labels)
-        return _RawImages(src, src, input_norm=images.IMAGENET_NORM)
-    src = ArraySource(image=rng.normal(size=shape).astype(np.float32), label=labels)
-    return ClassificationData(src, src)
-
-
-def _random_mnist(config, rows: int, rng: np.random.Generator) -> Dataset:
-    image = rng.integers(0, 256, (rows, 28, 28)).astype(np.uint8)
-    src = ArraySource(image=image, label=rng.integers(0, 10, rows).astype(np.int32))
-    return ClassificationData(src, src)
-
-
 # name -> random data shaped like that dataset: (whole config, rows, generator) -> a Dataset
-SYNTHETIC = {"lm": _random_lm, "images": _random_images, "mnist": _random_mnist}
+SYNTHETIC = {"lm": lm.synthetic, "images": images.synthetic, "mnist": mnist.synthetic}
 
 
 def synthetic(config, rows: int, seed: int = 0) -> Dataset:

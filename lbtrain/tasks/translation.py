@@ -24,7 +24,7 @@ import numpy as np
 from flax import nnx
 
 from lbtrain import parallel
-from lbtrain.data.subword import BOS, EOS, PAD
+from lbtrain.data.translation.subword import BOS, EOS, PAD
 from lbtrain.models.decoding import translate
 from lbtrain.registry import call, choose
 from lbtrain.tasks.base import CountsTokens, MetricEvaluator, SplitResult

@@ -82,7 +82,7 @@ def make_images(folder: str) -> tuple[list[bytes], dict]:
     train = [(b, i % 1000) for i, b in enumerate(jpegs)]
     # images.load opens both splits; the benchmark reads only train
     tfds_folder.write_imagenet_folder(folder, {"train": train, "validation": train[:2]})
-    from lbtrain.data import jpeg
+    from lbtrain.data.images import jpeg
 
     shapes = [jpeg.header(b)[:2] for b in jpegs]
     sizes = {}

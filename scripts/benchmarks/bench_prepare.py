@@ -94,7 +94,7 @@ def write_mnist(out: str) -> None:
 
 def write_ptb(out: str) -> dict[str, str]:
     """simple-examples.tgz; returns the three files' md5s."""
-    from lbtrain.data.lm_corpus import kjv_lines
+    from lbtrain.data.lm import kjv_lines
 
     lines = [w for split in kjv_lines().values() for w in split]
     work = tempfile.mkdtemp(dir=out)

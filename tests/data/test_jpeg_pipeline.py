@@ -7,8 +7,9 @@ import io
 import numpy as np
 import pytest
 
-from lbtrain.data import DataError, images, jpeg, tfds_folder
-from lbtrain.data.image_loader import auto_workers
+from lbtrain.data import DataError, images, tfds_folder
+from lbtrain.data.images import jpeg
+from lbtrain.data.images.loader import auto_workers
 
 # |new - today's| (out of 255) for one image: the mean over its pixels, and the largest pixel. The
 # crop is the same box; the differences are the resize filter (OpenCV bilinear to 2x + 2x2 average

@@ -1,15 +1,15 @@
 import numpy as np
 import pytest
 
-from lbtrain.data import lm_corpus
-from lbtrain.data.streams import StreamBatches, eval_windows
-from lbtrain.data.text import EOS, UNK, Vocab, tokenize, unigram_perplexity
+from lbtrain.data import lm
+from lbtrain.data.lm.streams import StreamBatches, eval_windows
+from lbtrain.data.lm.text import EOS, UNK, Vocab, tokenize, unigram_perplexity
 from lbtrain.errors import DataError
 
 
-def lm_load(keys: dict, workdir: str | None = None) -> lm_corpus.Corpus:
+def lm_load(keys: dict, workdir: str | None = None) -> lm.Corpus:
     """The id streams of the ``data`` keys ``keys`` (the vocabulary saved in ``workdir``)."""
-    return lm_corpus.load(**keys, workdir=workdir).corpus
+    return lm.load(**keys, workdir=workdir).corpus
 
 
 def test_tokenize_ptb_style():

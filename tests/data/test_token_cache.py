@@ -12,7 +12,8 @@ import pytest
 from support.translation_data import numbers_keys
 
 from experiments import ROOT
-from lbtrain.data import DataError, parallel_text, subword, token_cache, translation
+from lbtrain.data import DataError, translation
+from lbtrain.data.translation import parallel_text, subword, token_cache
 from lbtrain.data.wmt16_folder import write_wmt16_folder
 
 

@@ -8,7 +8,8 @@ import pytest
 from support.translation_data import numbers_keys
 
 from lbtrain import rundir
-from lbtrain.data import DataError, parallel_text, subword, translation
+from lbtrain.data import DataError, translation
+from lbtrain.data.translation import parallel_text, subword
 
 
 def cfg(**kw) -> dict:

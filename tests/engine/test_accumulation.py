@@ -11,7 +11,7 @@ from experiments import ROOT
 from lbtrain import config_lib, optimizer, setup
 from lbtrain.data import ClassificationData, LanguageModelData
 from lbtrain.data.batching import ArraySource
-from lbtrain.data.lm_corpus import Corpus
+from lbtrain.data.lm import Corpus
 from lbtrain.errors import ShardingError
 
 

@@ -12,7 +12,7 @@ SCRIPT = textwrap.dedent(
     from lbtrain import config_lib, parallel, setup
     from lbtrain.data import ClassificationData, LanguageModelData
     from lbtrain.data.batching import ArraySource
-    from lbtrain.data.lm_corpus import Corpus
+    from lbtrain.data.lm import Corpus
     from lbtrain.errors import ShardingError
 
     assert len(jax.devices()) == 8, jax.devices()

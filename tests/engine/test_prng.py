@@ -9,7 +9,7 @@ import pytest
 from lbtrain import config_lib, setup
 from lbtrain.checkpoint import Checkpointer
 from lbtrain.data import LanguageModelData
-from lbtrain.data.lm_corpus import Corpus
+from lbtrain.data.lm import Corpus
 
 IDS = np.random.default_rng(1).integers(0, 50, 3000).astype(np.int32)
 

@@ -12,7 +12,8 @@ import pytest
 from flax import nnx
 
 from lbtrain import config_lib, data, models, optim, optimizer, registry, tasks
-from lbtrain.data import images, lm_corpus, mnist, parallel_text
+from lbtrain.data import images, lm, mnist
+from lbtrain.data.translation import parallel_text
 from lbtrain.errors import ConfigError
 
 # config file -> {arg: its choices}; the arg keys that change which keys a config sets or which
@@ -75,7 +76,7 @@ def stubbed(monkeypatch):
     initialised."""
     for table in (
         mnist.SOURCES,
-        lm_corpus.CORPORA,
+        lm.CORPORA,
         parallel_text.CORPORA,
         images.SOURCES,
         models.MODELS,

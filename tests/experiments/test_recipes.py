@@ -25,7 +25,7 @@ from experiments import ROOT
 from lbtrain import config_lib, setup
 from lbtrain.data import ClassificationData, LanguageModelData
 from lbtrain.data.batching import ArraySource
-from lbtrain.data.lm_corpus import Corpus
+from lbtrain.data.lm import Corpus
 
 TOL = dict(rtol=2e-4, atol=2e-6)  # float32, two different code paths (fused head vs log-softmax)
 

@@ -12,8 +12,8 @@ from experiments import ROOT
 from lbtrain import config_lib, loop, setup, tasks
 from lbtrain import data as data_lib
 from lbtrain.data import LanguageModelData
-from lbtrain.data.lm_corpus import Corpus
-from lbtrain.data.text import unigram_perplexity
+from lbtrain.data.lm import Corpus
+from lbtrain.data.lm.text import unigram_perplexity
 from lbtrain.metrics import read_jsonl
 from lbtrain.models.lstm_lm import LSTMLanguageModel
 

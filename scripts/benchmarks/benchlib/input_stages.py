@@ -16,7 +16,8 @@ from collections.abc import Callable
 
 import numpy as np
 
-from lbtrain.data import images, jpeg
+from lbtrain.data import images
+from lbtrain.data.images import jpeg
 
 # --- the old path, as of e2eaa2d (lbtrain/data/images.py before aa011d9): PIL full decode, numpy
 # slice, PIL bilinear resize (what images.random_resized_crop still does to an array, with the same

@@ -44,12 +44,12 @@ def test_mnist_is_tfds_mnist_with_the_replica_pixels(replicas, tmp_path, capsys)
 
 
 def test_ptb_files_equal_the_archive_members_and_the_loader_reads_them(replicas, tmp_path):
-    from lbtrain.data import lm_corpus
+    from lbtrain.data import lm
 
     assert prepare(replicas, "ptb", tmp_path) == 0
     for name, data in replicas.ptb_texts.items():
         assert (tmp_path / "ptb" / name).read_bytes() == data
-    lines = lm_corpus.ptb_lines(dir=str(tmp_path))
+    lines = lm.ptb_lines(dir=str(tmp_path))
     want = replicas.ptb_texts["ptb.valid.txt"].decode().split("\n")
     assert lines["valid"] == [line.split() for line in want if line.strip()]
 
@@ -58,7 +58,7 @@ def test_wmt16_pairs_are_tfds_wmt16_and_split_on_newline_only(replicas, tmp_path
     import tensorflow_datasets as tfds
     import tensorflow_datasets.translate  # noqa: F401
 
-    from lbtrain.data import parallel_text
+    from lbtrain.data.translation import parallel_text
 
     assert prepare(replicas, "wmt16", tmp_path) == 0
     for split, pairs in replicas.wmt16_pairs.items():

@@ -54,7 +54,7 @@ def test_ptb_run_on_prepared_files(replicas, tmp_path):
         "--config.data.vocab_size=300",
     )
     # the run's vocabulary is the one the replica's training file gives
-    from lbtrain.data.text import Vocab
+    from lbtrain.data.lm.text import Vocab
 
     train = [line.split() for line in replicas.ptb_texts["ptb.train.txt"].decode().splitlines()]
     assert Vocab.load(str(tmp_path / "run" / "vocab.json")).words == Vocab.build(train, 300).words

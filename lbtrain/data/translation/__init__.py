@@ -13,6 +13,11 @@ similar length (little padding) while batches still come in random order. Pairs 
 ``max_len`` subwords on either side are left out of training and counted (``dropped``); eval sources
 longer than ``max_eval_len`` are truncated and counted, and BLEU is always computed against the full
 raw references.
+
+The family's other modules: :mod:`~lbtrain.data.translation.parallel_text` (the corpora as raw
+sentence pairs), :mod:`~lbtrain.data.translation.subword` (the SentencePiece vocabulary),
+:mod:`~lbtrain.data.translation.token_cache` (the vocabulary and ids every run of a corpus maps)
+and, for ``lbtrain-data prepare wmt16``, :mod:`~lbtrain.data.translation.prepare` (its ``Spec``).
 """
 
 from __future__ import annotations
@@ -23,15 +28,16 @@ import os
 import numpy as np
 
 from lbtrain import registry, rundir
-from lbtrain.data import parallel_text, subword, token_cache
 from lbtrain.data.base import Dataset
 from lbtrain.data.batching import EpochBatches, epoch_order, eval_indices, process_slice
+from lbtrain.data.translation import parallel_text, subword, token_cache
 from lbtrain.errors import DataError
 
 
 class Ragged:
     """Variable-length int32 rows: row ``i`` is ``flat[starts[i] : starts[i] + lengths[i]]``
-    (``flat`` may be a memory map shared by every run, :mod:`lbtrain.data.token_cache`)."""
+    (``flat`` may be a memory map shared by every run,
+    :mod:`~lbtrain.data.translation.token_cache`)."""
 
     def __init__(self, rows: list[list[int]]):
         lengths = np.fromiter((len(r) for r in rows), np.int64, len(rows))
@@ -309,12 +315,12 @@ def load(
     **corpus_args,
 ) -> TranslationData:
     """Read ``corpus`` (a key of :data:`parallel_text.CORPORA`; ``corpus_args`` are the keys it
-    reads); map its training ids from the shared token cache (:mod:`lbtrain.data.token_cache`,
-    under ``token_cache_dir``; built there once with a subword model of ``vocab_size`` pieces
-    learned from ``vocab_sample_sentences`` sentences, half from each side, drawn from
-    ``vocab_sample_seed``) and leave out training pairs over ``max_len`` subwords; eval sources
-    are truncated at ``max_eval_len`` (0: 2 x max_len) and the valid split cut to
-    ``max_eval_examples`` (0: all). The workdir keeps the model the run uses (``spm.model``);
+    reads); map its training ids from the shared token cache
+    (:mod:`~lbtrain.data.translation.token_cache`, under ``token_cache_dir``; built there once with
+    a subword model of ``vocab_size`` pieces learned from ``vocab_sample_sentences`` sentences, half
+    from each side, drawn from ``vocab_sample_seed``) and leave out training pairs over ``max_len``
+    subwords; eval sources are truncated at ``max_eval_len`` (0: 2 x max_len) and the valid split
+    cut to ``max_eval_examples`` (0: all). The workdir keeps the model the run uses (``spm.model``);
     only the ``is_writer`` process saves."""
     also = registry.config_keys(load, ("workdir", "is_writer"))
     pairs = parallel_text.open_corpus(

@@ -18,7 +18,7 @@
 The direction is ``source_lang -> target_lang`` (default English -> German, the paper's en-de).
 :func:`load_pairs` returns every split as lists of text; :func:`open_corpus` leaves WMT16's 4.5M
 training pairs on disk (a :class:`PairSource`, read by index and fingerprinted without reading it),
-for :mod:`lbtrain.data.token_cache`.
+for :mod:`lbtrain.data.translation.token_cache`.
 """
 
 from __future__ import annotations

@@ -20,7 +20,6 @@ from collections.abc import Callable, Iterator
 
 import numpy as np
 
-from lbtrain.data import jpeg
 from lbtrain.data.batching import (
     ArraySource,
     EpochBatches,
@@ -28,6 +27,7 @@ from lbtrain.data.batching import (
     eval_indices,
     process_slice,
 )
+from lbtrain.data.images import jpeg
 from lbtrain.errors import DataError
 
 PER_WORKER_BUFFER = 2  # local batches each worker prepares ahead

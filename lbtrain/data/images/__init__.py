@@ -4,13 +4,16 @@
   TensorFlow), the images as their JPEG bytes. Train: random-resized crop (area 8-100 %, aspect
   3/4-4/3) to ``image_size``, random horizontal flip; eval: resize the shorter side to
   ``image_size / 0.875`` and take the centre crop. Only what the crop needs is decoded
-  (:mod:`lbtrain.data.jpeg`), and the examples leave the host as uint8: the model normalises them
-  with the ImageNet channel mean/std on the device (``model_args["input_norm"]``).
+  (:mod:`~lbtrain.data.images.jpeg`), and the examples leave the host as uint8: the model
+  normalises them with the ImageNet channel mean/std on the device (``model_args["input_norm"]``).
 * ``source="digits"``: the 1,797 real 8x8 handwritten digits of ``sklearn.datasets.load_digits()``
   (a fixed stratified 300 as the test split), standardised here as float32; a random 1-pixel shift
   (zero padding) as training augmentation.
 
-Batching, determinism and the worker pool: :mod:`lbtrain.data.image_loader`.
+The family's other modules: :mod:`~lbtrain.data.images.loader` (batching, determinism and the
+worker pool), :mod:`~lbtrain.data.images.jpeg` (from JPEG bytes to the crop) and, for
+``lbtrain-data prepare imagenet2012``, :mod:`~lbtrain.data.images.prepare` (its ``Spec``) and
+:mod:`~lbtrain.data.images.imagenet_writer` (the TFDS shards, written from the tars).
 """
 
 from __future__ import annotations
@@ -22,10 +25,10 @@ from functools import partial
 import numpy as np
 
 from lbtrain import registry
-from lbtrain.data import jpeg
 from lbtrain.data.base import Dataset
-from lbtrain.data.batching import ArraySource
-from lbtrain.data.image_loader import ImageBatches, RecordSource, eval_batches, resolve_workers
+from lbtrain.data.batching import ArraySource, ClassificationData
+from lbtrain.data.images import jpeg
+from lbtrain.data.images.loader import ImageBatches, RecordSource, eval_batches, resolve_workers
 from lbtrain.data.splits import stratified_split
 from lbtrain.errors import DataError
 
@@ -119,7 +122,7 @@ def imagenet_train(record: dict, rng: np.random.Generator, size: int) -> dict:
     random resized ``size`` x ``size`` crop and a random horizontal flip, uint8 (normalised on the
     device); returns ``{"image", "label"}``. From bytes the box an array would get is read off the
     header's size, and the image decoded at the largest DCT reduction that box allows
-    (:mod:`lbtrain.data.jpeg`)."""
+    (:mod:`~lbtrain.data.images.jpeg`)."""
     data = _encoded(record)
     if data is None:
         image = random_resized_crop(_rgb(record), size, rng)
@@ -296,9 +299,35 @@ def load(
 ) -> ImageData:
     """The images of ``source`` (a key of :data:`SOURCES`; ``source_args`` are the keys it reads),
     decoded by ``workers`` grain processes (0: in this process; -1: sized to the host, training
-    and eval alike, :func:`~lbtrain.data.image_loader.auto_workers`). Builds no artefact:
+    and eval alike, :func:`~lbtrain.data.images.loader.auto_workers`). Builds no artefact:
     ``workdir`` and ``is_writer`` are unused."""
     del workdir, is_writer
     block = {"source": source, **source_args}
     parts = registry.make(SOURCES, block, path="data", key="source", also=("workers",))
     return ImageData(*parts, int(workers))
+
+
+# --- synthetic data (benchmarks) ---------------------------------------------------------------
+@dataclasses.dataclass
+class _RawImages(ClassificationData):
+    """Classification data whose images the model normalises on the device (``input_norm``)."""
+
+    input_norm: tuple | None = None
+
+    @property
+    def model_args(self) -> dict:
+        return {"input_norm": self.input_norm} if self.input_norm else {}
+
+
+def synthetic(config, rows: int, rng: np.random.Generator) -> Dataset:
+    """Random images shaped like ``config``'s source: uint8 ImageNet crops that the model
+    normalises on the device, as the real pipeline sends them, or standardised 8x8 digits."""
+    imagenet = config.data.source == "imagenet"
+    size = int(config.data.image_size) if imagenet else 8
+    shape = (rows, size, size, int(config.model.in_channels))
+    labels = rng.integers(0, config.model.num_classes, rows).astype(np.int32)
+    if imagenet:
+        src = ArraySource(image=rng.integers(0, 256, shape).astype(np.uint8), label=labels)
+        return _RawImages(src, src, input_norm=IMAGENET_NORM)
+    src = ArraySource(image=rng.normal(size=shape).astype(np.float32), label=labels)
+    return ClassificationData(src, src)

@@ -9,7 +9,7 @@ text gives the same model byte for byte. Its provenance (:func:`provenance`) rec
 size, seed and sha256, so a change on either side of the sampled text retrains it.
 :func:`load_or_train` keeps the model as ``<workdir>/spm.model`` (local or ``gs://``) and reuses it
 when the workdir is resumed, so a run never changes its ids (:func:`lbtrain.rundir.artefact`);
-:mod:`lbtrain.data.token_cache` keeps one per corpus for every run of a table.
+:mod:`lbtrain.data.translation.token_cache` keeps one per corpus for every run of a table.
 """
 
 from __future__ import annotations

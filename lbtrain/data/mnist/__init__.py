@@ -5,7 +5,8 @@
   stratified 1,000 (100 per class, chosen with ``split_seed``) is the test split; the other 4,000
   train.
 * ``source="tfds"``: TFDS ``mnist`` (60,000 train / 10,000 test) read by random access with
-  ``tfds.data_source`` (no TensorFlow needed), from ``dir`` (default: TFDS's own).
+  ``tfds.data_source`` (no TensorFlow needed), from ``dir`` (default: TFDS's own), once
+  ``lbtrain-data prepare mnist`` has prepared it (its ``Spec``: :mod:`~lbtrain.data.mnist.prepare`).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from lbtrain import registry
+from lbtrain.data.base import Dataset
 from lbtrain.data.batching import ArraySource, ClassificationData
 from lbtrain.data.splits import stratified_split
 from lbtrain.errors import DataError
@@ -76,3 +78,12 @@ def load(*, source: str = "embedded", workdir=None, is_writer: bool = True, **so
     del workdir, is_writer
     block = {"source": source, **source_args}
     return ClassificationData(*registry.make(SOURCES, block, path="data", key="source"))
+
+
+def synthetic(config, rows: int, rng: np.random.Generator) -> Dataset:
+    """Random 28x28 uint8 images with labels 0..9, as the real sources give them (``config`` is
+    unused: MNIST's shape is fixed)."""
+    del config
+    image = rng.integers(0, 256, (rows, 28, 28)).astype(np.uint8)
+    src = ArraySource(image=image, label=rng.integers(0, 10, rows).astype(np.int32))
+    return ClassificationData(src, src)

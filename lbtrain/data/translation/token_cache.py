@@ -10,9 +10,9 @@ never this one; a folder whose manifest does not hold this spec is refused.
 
 Building: the first process to take ``<root>/locks/<key>/run.lock``
 (:class:`lbtrain.rundir.RunLock`: O_EXCL create, a dead owner's lock is taken over) trains the
-vocabulary on a sample of the whole split (:mod:`lbtrain.data.subword`), encodes the split
-``CHUNK`` pairs at a time, appending to the flat arrays on disk, in a temporary folder renamed into
-place; every other process waits for the manifest and maps the arrays
+vocabulary on a sample of the whole split (:mod:`~lbtrain.data.translation.subword`), encodes the
+split ``CHUNK`` pairs at a time, appending to the flat arrays on disk, in a temporary folder renamed
+into place; every other process waits for the manifest and maps the arrays
 (``np.load(mmap_mode="r")``). A ``gs://`` root keeps one local copy per host under the local cache
 folder (``$LBTRAIN_CACHE_DIR/tokens`` or ``~/.cache/lbtrain/tokens``): the first process of a host
 downloads it (or builds and uploads it), the others map that copy.
@@ -34,7 +34,7 @@ from collections.abc import Callable
 import numpy as np
 
 from lbtrain import rundir
-from lbtrain.data import subword
+from lbtrain.data.translation import subword
 from lbtrain.errors import DataError
 
 FORMAT = "lbtrain-token-cache-1"
@@ -133,8 +133,9 @@ def _encode_into(processor, texts: list[str], ids: _FlatWriter, ends: _FlatWrite
 
 def build(folder: str, source, spec: dict, num_threads: int = 0, log=print) -> dict:
     """Train the vocabulary of ``spec`` on its sample of ``source`` (a
-    :class:`lbtrain.data.parallel_text.PairSource`), encode every pair into ``folder`` (created)
-    and write the manifest last; returns it. ``num_threads``: encoding threads (0: every core)."""
+    :class:`~lbtrain.data.translation.parallel_text.PairSource`), encode every pair into ``folder``
+    (created) and write the manifest last; returns it. ``num_threads``: encoding threads (0: every
+    core)."""
     os.makedirs(folder, exist_ok=True)
     started = time.time()
     n = len(source)
