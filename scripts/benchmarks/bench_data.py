@@ -6,10 +6,10 @@ corpus shaped like WMT16 en-de.
     python scripts/benchmarks/bench_data.py --pairs=2000 --vocab_size=300 --eval_pairs=50  # seconds
 
 The corpus (``--pairs`` training pairs, ``--eval_pairs`` for validation and test) is written as a
-TFDS ``wmt16_translate/de-en`` folder (``lbtrain.data.wmt16_folder``) in ``--data_dir``: sentences
-of about ``--words`` words (log-normal lengths), words drawn from a Zipf law over ``--types`` word
-types per language, the German types spelt with umlauts and ß. A folder already written with the
-same settings is reused, so the script can be rerun after an interruption.
+TFDS ``wmt16_translate/de-en`` folder (``tests/support/wmt16_folder.py``) in ``--data_dir``:
+sentences of about ``--words`` words (log-normal lengths), words drawn from a Zipf law over
+``--types`` word types per language, the German types spelt with umlauts and ß. A folder already
+written with the same settings is reused, so the script can be rerun after an interruption.
 
 Each phase runs in a fresh child process (``--phase``) that reports its wall time and its own
 peak resident memory (``getrusage(RUSAGE_SELF).ru_maxrss``; the parent also reads the children's
@@ -88,7 +88,7 @@ def write_corpus() -> dict:
     """Write the synthetic folder (unless written with these settings); its summary."""
     import numpy as np
 
-    from lbtrain.data.wmt16_folder import write_wmt16_folder
+    from tests.support.wmt16_folder import write_wmt16_folder  # on sys.path through checkout
 
     folder = data_dir()
     marker = os.path.join(folder, "corpus.json")

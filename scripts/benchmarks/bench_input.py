@@ -6,7 +6,7 @@ PIL's full decode and the old path measured in the same run.
     python scripts/benchmarks/bench_input.py --images=6 --image_size=32 --batch=2 --rounds=1 \
         --min_time=0 --resnet_depth=18 --resnet_image_size=16 --resnet_batch=2
 
-It writes an ``imagenet2012`` TFDS folder (``lbtrain.data.tfds_folder``) of real photos cut from
+It writes an ``imagenet2012`` TFDS folder (``tests/support/tfds_folder.py``) of real photos cut from
 scikit-learn's sample images: ``--images`` JPEGs, ``--large_share`` of them whole photos scaled to
 1600x1067 and the rest 500x375 / 375x500 cuts, at ``--quality`` (95 brings the mean file to about
 ImageNet's ~110 KB). Then, for each of ``--cores`` (``one``: the first core this process may use;
@@ -73,7 +73,7 @@ def make_images(folder: str) -> tuple[list[bytes], dict]:
     """The JPEGs (also written to ``folder`` as the ``train`` split) and a summary of them."""
     import numpy as np
 
-    from lbtrain.data import tfds_folder
+    from tests.support import tfds_folder  # the checkout's, on sys.path through checkout
 
     large = round(_LARGE.value * _IMAGES.value)
     jpegs = tfds_folder.sample_photo_jpegs(

@@ -6,8 +6,9 @@ import io
 
 import numpy as np
 import pytest
+from support import tfds_folder
 
-from lbtrain.data import DataError, images, tfds_folder
+from lbtrain.data import DataError, images
 from lbtrain.data.images import jpeg
 from lbtrain.data.images.loader import auto_workers
 

@@ -10,11 +10,11 @@ import textwrap
 import numpy as np
 import pytest
 from support.translation_data import numbers_keys
+from support.wmt16_folder import write_wmt16_folder
 
 from experiments import ROOT
 from lbtrain.data import DataError, translation
 from lbtrain.data.translation import parallel_text, subword, token_cache
-from lbtrain.data.wmt16_folder import write_wmt16_folder
 
 
 def numbers(cache_dir, **kw) -> dict:

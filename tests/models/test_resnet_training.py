@@ -108,9 +108,10 @@ def test_imagenet_folder_trains_with_uint8_batches_normalised_on_the_device(tmp_
     them (model_args carries the ImageNet mean/std), and the loss is finite."""
     import jax
     import numpy as np
+    from support import tfds_folder
 
     from lbtrain import setup
-    from lbtrain.data import images, tfds_folder
+    from lbtrain.data import images
 
     jpegs = tfds_folder.sample_photo_jpegs(10, seed=0)
     tfds_folder.write_imagenet_folder(

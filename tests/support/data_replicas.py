@@ -183,8 +183,8 @@ def imagenet_tars(folder, val_count: int = 60, damaged: str = "") -> dict[str, s
     paths. ``damaged="train"`` cuts the train tar short."""
     import os
 
-    from lbtrain.data import tfds_folder
     from lbtrain.data.prepare import imagenet
+    from support import tfds_folder
 
     cmyk, png = imagenet.fixes()
     synsets = imagenet.synsets()

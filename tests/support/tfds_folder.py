@@ -9,7 +9,8 @@ and ``validation``. TFDS's mock data cannot stand in (it encodes its JPEGs with 
 
 :func:`sample_photo_jpegs` cuts scikit-learn's two sample photos (real, shipped in the package,
 usable offline) into ImageNet-like JPEGs: 500x375 / 375x500 at quality 90 as most ImageNet files
-are, plus larger ones where asked. Tests and the input-pipeline benchmark share both.
+are, plus larger ones where asked. Tests (``support.tfds_folder``) and the input-pipeline benchmark
+(``tests.support.tfds_folder``) share both.
 """
 
 from __future__ import annotations

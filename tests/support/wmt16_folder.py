@@ -3,8 +3,9 @@
 :func:`write_wmt16_folder` writes the splits through TFDS's own builder machinery (array_record
 files, ``dataset_info.json``), so the folder reads back with ``tfds.data_source(
 "wmt16_translate/de-en", data_dir=...)`` like a prepared WMT16: feature ``Translation(de, en)``,
-splits ``train``, ``validation`` and ``test``, the examples in the order given. Tests and
-``scripts/bench_data.py`` use it to stand in for the real corpus (no internet here).
+splits ``train``, ``validation`` and ``test``, the examples in the order given. Tests
+(``support.wmt16_folder``) and ``scripts/benchmarks/bench_data.py`` (``tests.support.wmt16_folder``)
+use it to stand in for the real corpus (no internet here).
 """
 
 from __future__ import annotations
