@@ -189,10 +189,9 @@ def render_one(exp, plan_name: str, results: str, out_dir: str) -> bool:
     os.makedirs(out_dir, exist_ok=True)
     results_dir = os.path.join(results, exp.tag(plan_name))
     out_prefix = os.path.join(out_dir, exp.tag(plan_name))
-    s = report.render(exp, plan_name, results_dir, out_prefix, command)
-    done = sum("final" in r for r in s["rows"])
-    print(f"rendered {done}/{len(s['rows'])} runs -> {out_prefix}.md")
-    return bool(s.get("plots_skipped"))
+    s, plots_skipped = report.render(exp, plan_name, results_dir, out_prefix, command)
+    print(f"rendered {s.finished}/{len(s.rows)} runs -> {out_prefix}.md")
+    return plots_skipped
 
 
 NO_PLOTS = (

@@ -5,11 +5,15 @@ error over seeds, steps to target, the gradient noise scale, LEGW's sensitivity,
 plots. The output is a pure function of those files (no clock, no host name; PNGs without a
 timestamp), so rendering twice gives the same bytes.
 
-The layers, each importing only those before it: :mod:`~experiments.runfiles` (reading the files),
-:mod:`~experiments.report.numbers` (the rows and cells), :mod:`~experiments.report.text` (how they
-are written), :mod:`~experiments.report.tuned` (the tuned column), :mod:`~experiments.report.page`
-and :mod:`~experiments.report.plots` (the page and its plots), then this package's
-:func:`render`.
+The table is summarised once (:func:`experiments.report.summary.build`: the runs' files read once,
+the tuned column's state asked of :mod:`experiments.tuning` once); the page, the CSV and the plots
+only read that :class:`~experiments.report.summary.Summary`. The layers, each importing only those
+before it: :mod:`~experiments.report.numbers` (a run's row and a cell's numbers),
+:mod:`~experiments.report.summary` (the table's numbers, built once),
+:mod:`~experiments.report.text` (how numbers are written), :mod:`~experiments.report.tuned` (the
+tuned column's text), :mod:`~experiments.report.page` (the page) and
+:mod:`~experiments.report.plots` (the plots, beside the page: it needs no tuned text), then this
+package's :func:`write_csv` and :func:`render`.
 """
 
 from __future__ import annotations
@@ -17,41 +21,38 @@ from __future__ import annotations
 import csv
 
 from experiments.common import Experiment
-from experiments.report import numbers, page, plots, tuned
+from experiments.report import page, plots
+from experiments.report.summary import Summary, build
 
 
-def write_csv(rows: list[dict], path: str) -> None:
+def write_csv(s: Summary, path: str) -> None:
+    """One row per run, the run's name, batch, scheme and seed first, then every other key."""
     keys = sorted(
-        {k for r in rows for k in r}, key=lambda k: (k not in ("run", "batch", "scheme", "seed"), k)
+        {k for r in s.rows for k in r},
+        key=lambda k: (k not in ("run", "batch", "scheme", "seed"), k),
     )
     with open(path, "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=keys, lineterminator="\n")
         w.writeheader()
-        for r in rows:
+        for r in s.rows:
             w.writerow({k: r.get(k) for k in keys})
 
 
 def render(
     exp: Experiment, plan_name: str, results_dir: str, out_prefix: str, command: str
-) -> dict:
-    """Summarise the runs under ``results_dir/runs`` and write ``out_prefix``.csv/.md/_*.png (the
-    PNGs only where matplotlib can be imported: ``plots_skipped`` in the summary says when not);
-    ``plan_name`` names the experiment's plan (``full``, ``local``, ...)."""
-    plan = exp.plan(plan_name)
-    s = numbers.summarize(exp, plan, results_dir, plan_name)
-    if plan.tuning:
-        s["tuned"] = tuned.tuned_cells(exp, plan, s)
-    write_csv(s["rows"], out_prefix + ".csv")
-    page.write_markdown(exp, plan, s, out_prefix + ".md", plan_name, command)
-    if any("final" in r for r in s["rows"]) and not plots.available():
-        s["plots_skipped"] = True  # the page and the CSV do not depend on the plots
-    elif any("final" in r for r in s["rows"]):
-        unit = next(
-            (d["run_plan"].get("unit") for d in s["data"].values() if d and d["run_plan"]), "ex"
-        )
-        plots.write_plots(
-            exp, s, out_prefix, {"tok": "token streams", "img": "images"}.get(unit, "examples")
-        )
-        if plan.tuning:
-            plots.lr_vs_batch(exp, plan, s, out_prefix + "_lr_vs_batch.png")
-    return s
+) -> tuple[Summary, bool]:
+    """Summarise the runs under ``results_dir/runs`` and write ``out_prefix``.csv/.md/_*.png;
+    ``plan_name`` names the experiment's plan (``full``, ``local``, ...). Returns the summary and
+    whether the plots were left out (a finished run to plot, but matplotlib cannot be imported:
+    the page and the CSV do not depend on the plots)."""
+    s = build(exp, plan_name, results_dir)
+    write_csv(s, out_prefix + ".csv")
+    page.write_markdown(s, out_prefix + ".md", command)
+    if not s.finished:
+        return s, False
+    if not plots.available():
+        return s, True
+    plots.write_plots(s, out_prefix)
+    if s.plan.tuning:
+        plots.lr_vs_batch(s, out_prefix + "_lr_vs_batch.png")
+    return s, False

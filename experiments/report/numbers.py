@@ -1,16 +1,15 @@
-"""The numbers of an experiment's page, from its published per-run files
-(:mod:`experiments.runfiles`): one row per run (final and best value, steps to the target, the
-plan's numbers, provenance), the cells of the table (mean +- standard error over seeds, steps to
-target, reached count) and the gradient noise scale. No text here: :mod:`experiments.report.text`
-and the page format these numbers."""
+"""The numbers of an experiment's page, as pure functions of a run's published files
+(:mod:`experiments.runfiles`) and of the rows made from them: one row per run (final and best
+value, steps to the target, the plan's numbers, provenance), the cells of the table (mean +-
+standard error over seeds, steps to target, reached count) and the gradient noise scale.
+:mod:`experiments.report.summary` applies them to a table's runs, once; no text here."""
 
 from __future__ import annotations
 
 import math
 import statistics
 
-from experiments import runfiles
-from experiments.common import Experiment, Plan, load_run_config
+from experiments.common import Experiment
 from experiments.runfiles import evals
 
 # runs shown in the tuned column and its sections, not in the scheme cells
@@ -123,42 +122,6 @@ def noise_scale(d: dict | None) -> list[dict]:
                 "count_per_update": count,
             }
         )
-    return out
-
-
-def summarize(exp: Experiment, plan: Plan, results_dir: str, plan_name: str) -> dict:
-    loaded: dict[str, dict | None] = {}  # each run's files, read once for the tuning and the rows
-
-    def read(name: str) -> dict | None:
-        if name not in loaded:
-            loaded[name] = runfiles.read_run(runfiles.join(results_dir, "runs", name))
-        return loaded[name]
-
-    final = runfiles.finals(exp, results_dir, read)
-    runs = runfiles.all_runs(exp, plan, final)
-    data = {r.name: read(r.name) for r in runs}
-    bases = [r for r in runs if r.role == "base"]
-    base_best = [summarize_run(exp, r, data[r.name], None).get("best") for r in bases]
-    target = exp.target([b for b in base_best if b is not None], plan_name)
-    rows = [summarize_run(exp, r, data[r.name], target) for r in runs]
-    noise = next((noise_scale(data[r.name]) for r in runs if r.role == "noise"), [])
-    # "final": name -> final value, what the tuning's stages were decided from
-    return {"rows": rows, "data": data, "target": target, "noise": noise, "final": final}
-
-
-def budget_changes(exp: Experiment, plan: Plan, s: dict) -> list[tuple[str, float, float]]:
-    """(run, epochs it trained, epochs its command declares) for every published run whose
-    ``config.json`` has another epoch budget than the plan's command for it gives (e.g. an
-    ``--extra=--config.num_epochs=1`` on the sweep): such numbers are not the plan's."""
-    out = []
-    for run in runfiles.all_runs(exp, plan, s["final"]):
-        d = s["data"].get(run.name)
-        ran = (d or {}).get("config", {}).get("num_epochs")
-        if ran is None:
-            continue
-        declared = load_run_config(plan.config or exp.config, run.arg, run.overrides).num_epochs
-        if not math.isclose(float(ran), float(declared)):
-            out.append((run.name, float(ran), float(declared)))
     return out
 
 

@@ -1,16 +1,15 @@
-"""The Markdown page of an experiment (experiments/report/numbers.py summarises the runs it
-shows): what to read first, the table per batch size x scheme (or per optimizer group), the
-gradient noise scale, LEGW's sensitivity, the tuned-LR sections (experiments/report/tuned.py) and
-every run."""
+"""The Markdown page of an experiment, written from its table's summary
+(:mod:`experiments.report.summary`): what to read first, the table per batch size x scheme (or per
+optimizer group), the gradient noise scale, LEGW's sensitivity, the tuned-LR sections
+(:mod:`experiments.report.tuned`) and every run."""
 
 from __future__ import annotations
 
 import os
-import statistics
 
-from experiments.common import Experiment, Plan
 from experiments.report import tuned
-from experiments.report.numbers import TUNING_ROLES, budget_changes, cells, mean_se
+from experiments.report.numbers import TUNING_ROLES
+from experiments.report.summary import Summary
 from experiments.report.text import PROTOCOL, cell_text, fmt, hardware_text, wall_clock_text
 
 
@@ -41,21 +40,24 @@ def seeds_line(rows: list[dict]) -> str:
     )
 
 
-def hardware(s: dict, rows: list[dict]) -> list[dict]:
+def hardware(s: Summary, rows: list[dict]) -> list[dict]:
     """The distinct hardware records (``provenance.json``'s ``hardware``) of ``rows``' runs, in
     the order they first appear."""
     out = []
     for r in rows:
-        hw = (s["data"][r["run"]]["provenance"] or {}).get("hardware")
+        hw = (s.data[r["run"]]["provenance"] or {}).get("hardware")
         if hw and hw not in out:
             out.append(hw)
     return out
 
 
-def caveats(exp: Experiment, plan: Plan, s: dict, plan_name: str) -> list[str]:
-    rows = [r for r in s["rows"] if "final" in r]
+def caveats(s: Summary) -> list[str]:
+    """ "Read this first": the data and budget, the seeds, what the speedup counts, the hardware and
+    versions, the protocol, and what keeps the numbers from being the plan's."""
+    plan = s.plan
+    rows = [r for r in s.rows if "final" in r]
     prov = next(
-        (s["data"][r["run"]]["provenance"] for r in rows if s["data"][r["run"]]["provenance"]), {}
+        (s.data[r["run"]]["provenance"] for r in rows if s.data[r["run"]]["provenance"]), {}
     )
     ver, code = prov.get("versions", {}), prov.get("code", {})
     hws = hardware(s, rows)
@@ -69,7 +71,7 @@ def caveats(exp: Experiment, plan: Plan, s: dict, plan_name: str) -> list[str]:
         + (
             " This is the scaled-down local plan, not the paper's setup: it tests the scaling rule "
             "on data and models that fit two CPU cores."
-            if plan_name == "local"
+            if s.plan_name == "local"
             else ""
         ),
         seeds_line(rows),
@@ -82,7 +84,7 @@ def caveats(exp: Experiment, plan: Plan, s: dict, plan_name: str) -> list[str]:
         f"- Protocol: [{PROTOCOL}](../../{PROTOCOL}) (target fixed from the base runs, budget with "
         "slack, ablations, sensitivity). Per-run files: `runs/<run>/` beside this page.",
     ]
-    changed = budget_changes(exp, plan, s)
+    changed = s.other_budgets
     if changed:
         runs = ", ".join(
             f"{name} {ran:g} (declared {declared:g})" for name, ran, declared in changed
@@ -103,18 +105,17 @@ def caveats(exp: Experiment, plan: Plan, s: dict, plan_name: str) -> list[str]:
     return lines
 
 
-def main_table(exp: Experiment, s: dict, agg: dict) -> list[str]:
-    rows = s["rows"]
+def main_table(s: Summary, tuned_cells: dict[str, str]) -> list[str]:
+    """The table per batch size x scheme, with the tuned column's ``tuned_cells`` and the batch
+    against the gradient noise scale."""
+    agg, base, rows = s.cells, s.base, s.rows
     cols = list(dict.fromkeys(r["column"] for r in rows if r["role"] == "sweep"))
-    base = next((v for (k, c), v in agg.items() if c == "base"), None)
-    base_steps = base["steps_to_target"] if base else None
 
     def cell(v):
-        return cell_text(v, base_steps)
+        return cell_text(v, s.base_steps)
 
-    noise = s["noise"]
+    noise = s.noise
     noise_cols = [n["window"] for n in noise]
-    tuned_cells = s.get("tuned", {})
     head = (
         ["batch", "k"]
         + cols
@@ -149,27 +150,21 @@ def main_table(exp: Experiment, s: dict, agg: dict) -> list[str]:
     return lines
 
 
-def group_table(exp: Experiment, s: dict, agg: dict) -> list[str]:
-    shown = [r for r in s["rows"] if "final" in r and r["role"] not in TUNING_ROLES]
-    cols = list(dict.fromkeys(r["scheme"] for r in shown))
-    groups = list(dict.fromkeys(r["column"] for r in shown))
-    by = {}
-    for r in shown:
-        by.setdefault((r["column"], r["scheme"]), []).append(r)
-    tuned_cells = s.get("tuned", {})
+def group_table(s: Summary, tuned_cells: dict[str, str]) -> list[str]:
+    """The table per optimizer group x scheme, with the tuned column's ``tuned_cells``."""
+    cols = list(dict.fromkeys(c for _, c in s.schemes))
+    groups = list(dict.fromkeys(g for g, _ in s.schemes))
     extra = ["tuned"] if tuned_cells else []
     lines = [f"| optimizer | {' | '.join(cols + extra)} |", "|---|" + "---|" * len(cols + extra)]
     for g in groups:
         out = []
         for c in cols:
-            rs = by.get((g, c), [])
-            mean, se = mean_se([r["final"] for r in rs])
-            reached = [r["steps_to_target"] for r in rs if r["steps_to_target"] is not None]
+            v = s.schemes.get((g, c))
             out.append(
                 "-"
-                if mean is None
-                else f"{fmt(mean)}{' +- ' + fmt(se, 2) if se else ''} "
-                f"(target {len(reached)}/{len(rs)})"
+                if v is None or v["final"] is None
+                else f"{fmt(v['final'])}{' +- ' + fmt(v['final_se'], 2) if v['final_se'] else ''} "
+                f"(target {v['reached']}/{v['seeds']})"
             )
         if tuned_cells:
             out.append(tuned_cells.get(g, "-"))
@@ -177,18 +172,18 @@ def group_table(exp: Experiment, s: dict, agg: dict) -> list[str]:
     return lines
 
 
-def title_lines(exp: Experiment, plan: Plan, s: dict, plan_name: str, command: str) -> list[str]:
-    """The title, "Read this first" (caveats and the tuned-LR verdicts), the claim, the command and
-    the target with its rule."""
-    m, target = exp.metric, s["target"]
+def title_lines(s: Summary, command: str, verdicts: list[str]) -> list[str]:
+    """The title, "Read this first" (caveats and the tuned-LR ``verdicts``), the claim, the command
+    and the target with its rule."""
+    exp, plan_name = s.exp, s.plan_name
+    m, target = exp.metric, s.target
     better = "higher" if exp.direction == "max" else "lower"
     lines = [
         f"# {exp.name}{'' if plan_name == 'full' else f' ({plan_name})'}: {m} on {exp.split} "
         f"({better} is better)",
         "",
     ]
-    verdicts = [f"- LEGW against a tuned peak LR at {v}" for v in tuned.verdicts(exp, plan, s)]
-    lines += caveats(exp, plan, s, plan_name) + verdicts
+    lines += caveats(s) + [f"- LEGW against a tuned peak LR at {v}" for v in verdicts]
     lines += ["", f"Paper's claim: {exp.claim}.", "", f"Command: `{command}`", ""]
     rule = (
         "fixed"
@@ -199,7 +194,7 @@ def title_lines(exp: Experiment, plan: Plan, s: dict, plan_name: str, command: s
             f"{')' if exp.direction == 'min' else ''}"
         )
     )
-    base = next((v for (k, c), v in cells(exp, s["rows"]).items() if c == "base"), None)
+    base = s.base
     slack = ""
     if base and base["budget_fraction"] is not None:
         ok = "slack" if base["budget_fraction"] <= 0.6 else "NO slack: the budget decides"
@@ -229,10 +224,9 @@ def noise_lines(noise: list[dict]) -> list[str]:
     ]
 
 
-def sensitivity_table(rows: list[dict]) -> list[str]:
+def sensitivity_table(s: Summary) -> list[str]:
     """LEGW's sensitivity to its peak LR at the largest batch (LEGW itself as the factor 1)."""
-    sens = [r for r in rows if r["role"] == "sensitivity" and "final" in r]
-    if not sens:
+    if not s.sensitivity:
         return []
     lines = [
         "",
@@ -241,24 +235,18 @@ def sensitivity_table(rows: list[dict]) -> list[str]:
         "| peak lr factor | final | steps to target (reached) |",
         "|---|---|---|",
     ]
-    big = (
-        max(r["batch"] for r in rows if r["role"] == "sweep")
-        if any(r["role"] == "sweep" for r in rows)
-        else 0
-    )
-    legw = [
-        r
-        for r in rows
-        if r["role"] == "sweep" and r["scheme"] == "legw" and r["batch"] == big and "final" in r
-    ]
-    factors = {f: [r for r in sens if r["lr_factor"] == f] for f in {r["lr_factor"] for r in sens}}
-    for f, rs in sorted({1.0: legw, **factors}.items()):
-        mean, se = mean_se([r["final"] for r in rs])
-        reached = [r["steps_to_target"] for r in rs if r["steps_to_target"] is not None]
+    for f, v in s.sensitivity:
+        v = v or {
+            "final": None,
+            "final_se": None,
+            "steps_to_target": None,
+            "reached": 0,
+            "seeds": 0,
+        }
+        se = v["final_se"]
         lines.append(
-            f"| {f:g} | {fmt(mean)}{' +- ' + fmt(se, 2) if se else ''} | "
-            f"{fmt(statistics.fmean(reached)) if reached else '-'} "
-            f"({len(reached)}/{len(rs)}) |"
+            f"| {f:g} | {fmt(v['final'])}{' +- ' + fmt(se, 2) if se else ''} | "
+            f"{fmt(v['steps_to_target'])} ({v['reached']}/{v['seeds']}) |"
         )
     return lines
 
@@ -298,14 +286,13 @@ def every_run_table(rows: list[dict]) -> list[str]:
     return lines
 
 
-def write_markdown(
-    exp: Experiment, plan: Plan, s: dict, path: str, plan_name: str, command: str
-) -> None:
+def write_markdown(s: Summary, path: str, command: str) -> None:
     """The page: what to read first, the table(s), the tuned-LR sections, every run, the plots."""
-    m, rows = exp.metric, s["rows"]
-    agg = cells(exp, rows)
-    lines = title_lines(exp, plan, s, plan_name, command)
-    if exp.rows == "batch":
+    m, rows = s.exp.metric, s.rows
+    verdicts = tuned.verdicts(s)
+    cells = tuned.tuned_cells(s)
+    lines = title_lines(s, command, verdicts)
+    if s.exp.rows == "batch":
         lines += [
             "Each cell: final "
             + m
@@ -314,14 +301,12 @@ def write_markdown(
             "many seeds reached it.",
             "",
         ]
-        lines += main_table(exp, s, agg) + noise_lines(s["noise"]) + sensitivity_table(rows)
+        lines += main_table(s, cells) + noise_lines(s.noise) + sensitivity_table(s)
     else:
-        lines += group_table(exp, s, agg)
-    lines += tuned.sections(exp, plan, s) + every_run_table(rows)
+        lines += group_table(s, cells)
+    lines += tuned.sections(s, verdicts) + every_run_table(rows)
     stem = os.path.basename(path)[:-3]
-    tuned_plot = (
-        f", [the tuned LR against batch size]({stem}_lr_vs_batch.png)" if s.get("tuned") else ""
-    )
+    tuned_plot = f", [the tuned LR against batch size]({stem}_lr_vs_batch.png)" if cells else ""
     lines += [
         "",
         f"Plots: [{m} vs batch]({stem}_metric_vs_batch.png), [learning-rate "

@@ -1,15 +1,15 @@
-"""The PNG plots of an experiment's page: the final metric against batch size, the learning curves
-and learning-rate schedules (seed 0), and the tuned peak LR against batch size. No version string or
+"""The PNG plots of an experiment's page, drawn from its table's summary
+(:mod:`experiments.report.summary`): the final metric against batch size, the learning curves and
+learning-rate schedules (seed 0), and the tuned peak LR against batch size. No version string or
 date goes into a file, so the same runs give the same bytes."""
 
 from __future__ import annotations
 
 import math
 
-from experiments import tuning
-from experiments.common import Experiment, Plan
-from experiments.report import tuned
-from experiments.report.numbers import TUNING_ROLES, mean_se
+from experiments.common import Experiment
+from experiments.report.numbers import TUNING_ROLES
+from experiments.report.summary import Summary, TunedLine
 from experiments.report.text import fmt
 from experiments.runfiles import evals
 
@@ -48,33 +48,38 @@ def _pyplot():
     return matplotlib, plt
 
 
-def _done(s: dict) -> list[dict]:
+def _done(s: Summary) -> list[dict]:
     """The finished rows of the scheme cells (no noise or tuning runs)."""
-    return [r for r in s["rows"] if "final" in r and r["role"] not in ("noise", *TUNING_ROLES)]
+    return [r for r in s.rows if "final" in r and r["role"] not in ("noise", *TUNING_ROLES)]
 
 
-def write_plots(exp: Experiment, s: dict, prefix: str, unit_label: str) -> None:
+UNITS = {"tok": "token streams", "img": "images"}  # what a batch counts (default: examples)
+
+
+def write_plots(s: Summary, prefix: str) -> None:
     """``prefix``_metric_vs_batch.png, ``prefix``_curves.png and ``prefix``_lr.png."""
-    metric_vs_batch(exp, s, f"{prefix}_metric_vs_batch.png", unit_label)
+    metric_vs_batch(s, f"{prefix}_metric_vs_batch.png", UNITS.get(s.unit, "examples"))
     for kind in ("curves", "lr"):
-        curves(exp, s, kind, f"{prefix}_{kind}.png")
+        curves(s, kind, f"{prefix}_{kind}.png")
 
 
-def _scheme_lines(ax, done: list[dict]) -> None:
+def _finished(v: dict | None) -> bool:
+    """Whether a cell holds a finished run (not only diverged ones)."""
+    return v is not None and v["seeds"] > v["stopped"]
+
+
+def _scheme_lines(ax, s: Summary, done: list[dict]) -> None:
     """One line per scheme over batch size (mean +- s.e. over seeds), the base at its batch."""
     batches = sorted({r["batch"] for r in done})
-    base = [r for r in done if r["role"] == "base"]
+    base = s.base if _finished(s.base) else None
     for i, scheme in enumerate(dict.fromkeys(r["column"] for r in done if r["role"] == "sweep")):
         pts = []
         for b in batches:
-            rs = [
-                r
-                for r in done
-                if r["column"] == scheme and r["batch"] == b and r["role"] == "sweep"
-            ] or (base if base and b == base[0]["batch"] else [])
-            mean, se = mean_se([r["final"] for r in rs])
-            if mean is not None:
-                pts.append((b, mean, se or 0.0))
+            v = s.cells.get((b, scheme))
+            if not _finished(v):
+                v = base if base and b == base["batch"] else None
+            if v is not None and v["final"] is not None:
+                pts.append((b, v["final"], v["final_se"] or 0.0))
         ax.errorbar(
             [p[0] for p in pts],
             [p[1] for p in pts],
@@ -87,39 +92,38 @@ def _scheme_lines(ax, done: list[dict]) -> None:
         )
 
 
-def _group_bars(ax, done: list[dict]) -> None:
+def _group_bars(ax, s: Summary) -> None:
     """One bar per (optimizer group, scheme), mean +- s.e. over seeds."""
-    groups = list(dict.fromkeys(r["column"] for r in done))
-    schemes = list(dict.fromkeys(r["scheme"] for r in done))
+    groups = list(dict.fromkeys(g for g, _ in s.schemes))
+    schemes = list(dict.fromkeys(sc for _, sc in s.schemes))
     width = 0.8 / max(len(schemes), 1)
+    empty = {"final": None, "final_se": None}
     for i, sc in enumerate(schemes):
-        stats = [
-            mean_se([r["final"] for r in done if r["column"] == g and r["scheme"] == sc])
-            for g in groups
-        ]
+        cells = [s.schemes.get((g, sc), empty) for g in groups]
         ax.bar(
             [j + i * width for j in range(len(groups))],
-            [x[0] or math.nan for x in stats],
+            [v["final"] or math.nan for v in cells],
             width,
-            yerr=[x[1] or 0.0 for x in stats],
+            yerr=[v["final_se"] or 0.0 for v in cells],
             capsize=3,
             label=sc,
         )
     ax.set_xticks([j + width * (len(schemes) - 1) / 2 for j in range(len(groups))], groups)
 
 
-def metric_vs_batch(exp: Experiment, s: dict, path: str, unit_label: str) -> None:
+def metric_vs_batch(s: Summary, path: str, unit_label: str) -> None:
     """The final metric per scheme against batch size (per optimizer group: bars), with the
     target."""
     _, plt = _pyplot()
-    done, target, ylabel = _done(s), s["target"], f"{exp.split} {exp.metric}"
+    exp, target = s.exp, s.target
+    ylabel = f"{exp.split} {exp.metric}"
     fig, ax = plt.subplots(figsize=(7, 4.2))
     if exp.rows == "batch":
-        _scheme_lines(ax, done)
+        _scheme_lines(ax, s, _done(s))
         ax.set_xscale("log", base=2)
         ax.set_xlabel(f"global batch size ({unit_label} per update)")
     else:
-        _group_bars(ax, done)
+        _group_bars(ax, s)
         ax.set_xlabel("optimizer")
     if target is not None:
         ax.axhline(target, color="grey", linewidth=1, linestyle="--", label=f"target {fmt(target)}")
@@ -131,11 +135,12 @@ def metric_vs_batch(exp: Experiment, s: dict, path: str, unit_label: str) -> Non
     plt.close(fig)
 
 
-def curves(exp: Experiment, s: dict, kind: str, path: str) -> None:
+def curves(s: Summary, kind: str, path: str) -> None:
     """``kind`` "curves": the metric at each evaluation; "lr": the logged learning rate; both
     against epochs, for the first seed (colour = batch size, line style = scheme)."""
     _, plt = _pyplot()
-    m, data, target, done = exp.metric, s["data"], s["target"], _done(s)
+    exp = s.exp
+    m, data, target, done = exp.metric, s.data, s.target, _done(s)
     batches = sorted({r["batch"] for r in done})
     cmap = plt.get_cmap("viridis")
     color = {b: cmap(i / max(len(batches) - 1, 1) * 0.9) for i, b in enumerate(batches)}
@@ -187,9 +192,9 @@ def _finite(v) -> bool:
     return isinstance(v, (int, float)) and math.isfinite(v)
 
 
-def _best(exp: Experiment, sts: list) -> float | None:
-    """The best finite final value over the grids of ``sts``."""
-    values = [v for st in sts for v in st.finals.values() if _finite(v)]
+def _best(exp: Experiment, x: TunedLine) -> float | None:
+    """The best finite final value of the line's grid."""
+    values = [v for v in x.state.finals.values() if _finite(v)]
     if not values:
         return None
     return max(values) if exp.direction == "max" else min(values)
@@ -202,24 +207,22 @@ def _gap(exp: Experiment, v: float, best: float) -> float:
     return min(max(gap / exp.tolerance, 0.0), GAP_SPAN)
 
 
-def _grid_squares(ax, sts: list, by: dict, colour) -> None:
-    """Every grid point of ``sts`` as a square at (batch, its peak LR), coloured by
+def _grid_squares(ax, x: TunedLine, colour) -> None:
+    """Every grid point of the line as a square at (batch, its peak LR), coloured by
     ``colour(final value)`` (grey: diverged)."""
-    for st in sts:
-        for f, v in st.finals.items():
-            r = by.get(tuning.grid_run(st.line, f).name) or {}
-            legw_lr = by.get(tuning.grid_run(st.line, 1.0).name, {}).get("peak_lr")
-            lr = r.get("peak_lr") or (legw_lr * f if legw_lr and r.get("stopped") else None)
-            if lr is None:
-                continue
-            ax.scatter(
-                [st.line.template.batch],
-                [lr],
-                marker="s",
-                s=120,
-                edgecolors="none",
-                color=colour(v) if _finite(v) else "lightgrey",
-            )
+    for f, v in x.state.finals.items():
+        r = x.grid.get(f, {})
+        lr = r.get("peak_lr") or (x.legw_lr * f if x.legw_lr and r.get("stopped") else None)
+        if lr is None:
+            continue
+        ax.scatter(
+            [x.state.line.template.batch],
+            [lr],
+            marker="s",
+            s=120,
+            edgecolors="none",
+            color=colour(v) if _finite(v) else "lightgrey",
+        )
 
 
 def _rule_lines(ax, pts: list[tuple[int, float]], largest: int) -> None:
@@ -234,32 +237,28 @@ def _rule_lines(ax, pts: list[tuple[int, float]], largest: int) -> None:
     ax.legend(fontsize=7)
 
 
-def lr_vs_batch(exp: Experiment, plan: Plan, s: dict, path: str) -> bool:
+def lr_vs_batch(s: Summary, path: str) -> bool:
     """Log-log: every grid point as a square coloured by how far it ends from its grid's best (how
     flat the optimum is), the tuned LR at each batch, and the Linear and Sqrt Scaling predictions
     through the smallest batch's tuned LR. False (no file) when no grid point has finished."""
     matplotlib, plt = _pyplot()
-    sts = [
-        st for st in tuned.states(exp, plan, s) if any(v is not None for v in st.finals.values())
-    ]
-    if not sts:
+    exp = s.exp
+    shown = [x for x in s.tuned if any(v is not None for v in x.state.finals.values())]
+    if not shown:
         return False
-    by = {r["run"]: r for r in s["rows"]}
-    groups = list(dict.fromkeys(st.line.group for st in sts))
+    groups = list(dict.fromkeys(x.state.line.group for x in shown))
     fig, axes = plt.subplots(1, len(groups), figsize=(4.2 * len(groups) + 2.2, 4.4), squeeze=False)
     # colour: how far below the best of its grid (its batch size) a point ends, in units of the
     # target's tolerance: each grid shows how flat its own optimum is, whatever the others' values
     cmap, norm = plt.get_cmap("viridis_r"), matplotlib.colors.Normalize(0.0, GAP_SPAN)
     for ax, group in zip(axes[0], groups):
-        mine = [st for st in sts if st.line.group == group]
-        for st in mine:
-            best = _best(exp, [st])
-            _grid_squares(ax, [st], by, lambda v, best=best: cmap(norm(_gap(exp, v, best))))
-        settled = [st for st in mine if st.settled]
-        lrs = [(st.line.template.batch, tuned.tuned_lr(plan, st, s)) for st in settled]
-        pts = sorted((b, lr) for b, lr in lrs if lr)
+        mine = [x for x in shown if x.state.line.group == group]
+        for x in mine:
+            best = _best(exp, x)
+            _grid_squares(ax, x, lambda v, best=best: cmap(norm(_gap(exp, v, best))))
+        pts = sorted(s.lr_points.get(group, ()))
         if pts:
-            _rule_lines(ax, pts, max(st.line.template.batch for st in mine))
+            _rule_lines(ax, pts, max(x.state.line.template.batch for x in mine))
         ax.set_xscale("log", base=2)
         ax.set_yscale("log", base=2)
         ax.set_xlabel("global batch size")

@@ -1,8 +1,8 @@
-"""The tuned column's part of a rendered page (experiments/tuning.py runs it): the tuned cell of
-each line, the grid of final values, which scaling rule the optimal LR follows, the longer budgets
-at the largest batch, the verdict per line for "Read this first", and the optimal-LR-against-batch
-plot. Pure functions of the summarised rows (experiments/report/numbers.py), so a page renders to
-the same bytes every time.
+"""The text of the tuned column (experiments/tuning.py runs it): the tuned cell of each line, the
+grid of final values, which scaling rule the optimal LR follows, the longer budgets at the largest
+batch and the verdict per line for "Read this first". It writes what the table's summary
+(:mod:`experiments.report.summary`) holds and computes none of its numbers, so a page renders to the
+same bytes every time.
 """
 
 from __future__ import annotations
@@ -11,46 +11,25 @@ import math
 import statistics
 
 from experiments import tuning
-from experiments.common import Experiment, Plan
-from experiments.report.numbers import TUNING_ROLES, aggregate
+from experiments.common import Experiment
+from experiments.report.numbers import TUNING_ROLES
+from experiments.report.summary import Summary, TunedLine
 from experiments.report.text import cell_text, fmt
 
 
-def states(exp: Experiment, plan: Plan, s: dict) -> list[tuning.LineState]:
-    return tuning.state(exp, plan, s["final"])
-
-
-def _rows(s: dict, names) -> list[dict]:
-    by = {r["run"]: r for r in s["rows"]}
-    return [by[n] for n in names if n in by and ("final" in by[n] or by[n].get("stopped"))]
-
-
-def best_rows(plan: Plan, st: tuning.LineState, s: dict) -> list[dict]:
-    """The best grid point's finished runs over the tuning's seeds."""
-    return _rows(s, [tuning.grid_run(st.line, st.best, seed).name for seed in plan.tuning.seeds])
-
-
-def _base_steps(s: dict) -> float | None:
-    base = aggregate(
-        [r for r in s["rows"] if r["role"] == "base" and "final" in r] or [{"batch": 0}]
-    )
-    return base["steps_to_target"] if base.get("seeds") and base["final"] is not None else None
-
-
-def tuned_cells(exp: Experiment, plan: Plan, s: dict) -> dict[str, str]:
+def tuned_cells(s: Summary) -> dict[str, str]:
     """line key -> the tuned cell: best final (mean +- se over seeds), steps to target, and the
     tuned peak LR."""
     out = {}
-    for st in states(exp, plan, s):
+    for x in s.tuned:
+        st = x.state
         if not st.settled:
             done = sum(v is not None for v in st.finals.values())
             out[st.line.key] = f"tuning: {done}/{len(st.factors)} grid points"
             continue
-        rs = best_rows(plan, st, s)
-        lr = next((r["peak_lr"] for r in rs if r.get("peak_lr") is not None), None)
         edge = ", at the grid's edge" if st.at_edge else ""
         out[st.line.key] = (
-            f"{cell_text(aggregate(rs), _base_steps(s))}; peak lr {fmt(lr, 3)} (x{st.best:g}{edge})"
+            f"{cell_text(x.best, s.base_steps)}; peak lr {fmt(x.cell_lr, 3)} (x{st.best:g}{edge})"
         )
     return out
 
@@ -96,14 +75,14 @@ def rule_sentence(points: list[tuple[float, float]], step: float = 2.0) -> str:
     return head + ": within the resolution of " + " and ".join(fits) + "."
 
 
-def grid_table(exp: Experiment, sts: list[tuning.LineState], s: dict) -> list[str]:
-    factors = sorted({f for st in sts for f in st.factors})
-    by = {r["run"]: r for r in s["rows"]}
+def grid_table(s: Summary) -> list[str]:
+    """Seed 0's final value at every grid point of every line (the best in bold)."""
+    factors = sorted({f for x in s.tuned for f in x.state.factors})
     head = ["line", "LEGW's peak lr"] + [f"x{f:g}" for f in factors]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for st in sts:
-        legw = by.get(tuning.grid_run(st.line, 1.0).name, {})
-        row = [st.line.key, fmt(legw.get("peak_lr"), 3)]
+    for x in s.tuned:
+        st = x.state
+        row = [st.line.key, fmt(x.legw_lr, 3)]
         for f in factors:
             v = st.finals.get(f, "")
             text = (
@@ -116,63 +95,46 @@ def grid_table(exp: Experiment, sts: list[tuning.LineState], s: dict) -> list[st
     return lines
 
 
-def budget_table(exp: Experiment, plan: Plan, st: tuning.LineState, s: dict) -> list[str]:
-    t = plan.tuning
-    base_steps = _base_steps(s)
+def budget_table(s: Summary, x: TunedLine) -> list[str]:
+    """The best point of the largest batch's line at each epoch budget (seed 0)."""
+    epochs = s.plan.tuning.epochs
     lines = [
         "| epoch budget | final | epochs to target | steps to target | steps, x the base's |",
         "|---|---|---|---|---|",
     ]
-    entries = [(1.0, [r for r in _rows(s, [tuning.grid_run(st.line, st.best).name])])]
-    entries += [(m, _rows(s, [tuning.budget_run(st.line, st.best, m, t).name])) for m in t.budgets]
-    for m, rs in entries:
-        if not rs:
-            lines.append(f"| x{m:g} ({t.epochs * m:g} epochs) | not run | | | |")
+    for m, v in x.budgets:
+        if v is None:
+            lines.append(f"| x{m:g} ({epochs * m:g} epochs) | not run | | | |")
             continue
-        v = aggregate(rs)
         steps = v["steps_to_target"]
-        ratio = f"{steps / base_steps:.2g}" if steps and base_steps else "-"
+        ratio = f"{steps / s.base_steps:.2g}" if steps and s.base_steps else "-"
         final = fmt(v["final"]) if v["final"] is not None else "diverged"
         lines.append(
-            f"| x{m:g} ({t.epochs * m:g} epochs) | {final} | {fmt(v['epochs_to_target'])} | "
+            f"| x{m:g} ({epochs * m:g} epochs) | {final} | {fmt(v['epochs_to_target'])} | "
             f"{fmt(steps)} | {ratio} |"
         )
     return lines
 
 
-def _reached(rows: list[dict]) -> tuple[int, int]:
-    return sum(r.get("steps_to_target") is not None for r in rows), len(rows)
-
-
-def verdicts(exp: Experiment, plan: Plan, s: dict) -> list[str]:
+def verdicts(s: Summary) -> list[str]:
     """One line per settled line with a LEGW run: LEGW against the tuned LR (the cost of not
     re-tuning), and at the largest batch whether a failure is the rule's, the budget's, or
     neither's."""
-    if not plan.tuning:
-        return []
     out = []
-    for st in states(exp, plan, s):
-        if not st.settled:
+    for x in s.tuned:
+        st, lv, bv = x.state, x.legw, x.best
+        if not st.settled or lv is None or bv is None:
             continue
-        legw = _rows(s, [tuning.grid_run(st.line, 1.0, seed).name for seed in plan.tuning.seeds])
-        best = best_rows(plan, st, s)
-        if not legw or not best:
-            continue
-        lv, bv = aggregate(legw), aggregate(best)
-        (lr_, ln), (br, bn) = _reached(legw), _reached(best)
-        who = "LEGW" if legw[0]["role"] != "base" else "the recipe"
+        who = "LEGW" if st.line.template.role != "base" else "the recipe"
         text = (
-            f"{st.line.key}: {who} {fmt(lv['final'])} (target {lr_}/{ln}), tuned "
-            f"{fmt(bv['final'])} at x{st.best:g} its peak LR (target {br}/{bn}); "
-            f"{_gap(exp, lv['final'], bv['final'], who)}"
+            f"{st.line.key}: {who} {fmt(lv['final'])} (target {lv['reached']}/{lv['seeds']}), "
+            f"tuned {fmt(bv['final'])} at x{st.best:g} its peak LR (target "
+            f"{bv['reached']}/{bv['seeds']}); {_gap(s.exp, lv['final'], bv['final'], who)}"
         )
-        if st.line.largest and not lr_:
-            longer = [
-                (m, _rows(s, [tuning.budget_run(st.line, st.best, m, plan.tuning).name]))
-                for m in plan.tuning.budgets
-            ]
-            rescue = next((m for m, rs in longer if rs and _reached(rs)[0]), None)
-            if br:
+        if st.line.largest and not lv["reached"]:
+            longer = x.budgets[1:]
+            rescue = next((m for m, v in longer if v is not None and v["reached"]), None)
+            if bv["reached"]:
                 text += (
                     ": the failure is the rule's (a tuned LR reaches the target in the same epochs)"
                 )
@@ -181,9 +143,9 @@ def verdicts(exp: Experiment, plan: Plan, s: dict) -> list[str]:
                     f": the failure is the budget's (the tuned LR reaches it with x{rescue:g} the "
                     "epochs)"
                 )
-            elif all(rs for _, rs in longer):
+            elif all(v is not None for _, v in longer):
                 text += (
-                    f": neither a tuned LR nor x{max(plan.tuning.budgets):g} the epochs reaches "
+                    f": neither a tuned LR nor x{max(s.plan.tuning.budgets):g} the epochs reaches "
                     "the target here"
                 )
         out.append(text + ".")
@@ -200,13 +162,13 @@ def _gap(exp: Experiment, legw: float | None, tuned: float | None, who: str) -> 
     return f"{'tuned' if diff > 0 else who} better by {fmt(abs(diff), 3)}"
 
 
-def sections(exp: Experiment, plan: Plan, s: dict) -> list[str]:
+def sections(s: Summary, verdict_lines: list[str]) -> list[str]:
     """The page's tuned-LR section: how the grid was run, its values, the rule, the longer
-    budgets."""
-    t = plan.tuning
+    budgets and ``verdict_lines`` (:func:`verdicts`)."""
+    exp, t = s.exp, s.plan.tuning
     if not t:
         return []
-    sts = states(exp, plan, s)
+    sts = [x.state for x in s.tuned]
     grid = ", ".join(f"x{f:g}" for f in sorted(t.factors))
     lines = [
         "",
@@ -219,7 +181,7 @@ def sections(exp: Experiment, plan: Plan, s: dict) -> list[str]:
         "bold):",
         "",
     ]
-    lines += grid_table(exp, sts, s)
+    lines += grid_table(s)
     near = [f"{st.line.key}: {_near_best(exp, st)}" for st in sts if st.settled]
     if near:
         tol = f"{exp.tolerance:g}" if exp.direction == "max" else f"{exp.tolerance:.0%}"
@@ -240,32 +202,27 @@ def sections(exp: Experiment, plan: Plan, s: dict) -> list[str]:
             f"Still at the grid's edge after widening: {', '.join(edges)} (the optimum may lie "
             "beyond).",
         ]
-    for group in dict.fromkeys(st.line.group for st in sts):
-        pts = [
-            (st.line.template.batch, tuned_lr(plan, st, s))
-            for st in sts
-            if st.settled and st.line.group == group and tuned_lr(plan, st, s)
-        ]
+    for group, pts in s.lr_points.items():
         if len({b for b, _ in pts}) > 1:
             lines += [
                 "",
                 f"Optimal LR against batch size{' (' + group + ')' if group else ''}: "
-                + rule_sentence(pts)
-                + _missed_note(plan, [st for st in sts if st.line.group == group], s),
+                + rule_sentence(list(pts))
+                + _missed_note([x for x in s.tuned if x.state.line.group == group]),
             ]
-    for st in sts:
+    for x in s.tuned:
+        st = x.state
         if st.line.largest and st.settled:
             lines += [
                 "",
                 f"The epoch budget at {st.line.key} (the tuned LR, x{st.best:g}; one seed):",
                 "",
             ]
-            lines += budget_table(exp, plan, st, s)
-    v = verdicts(exp, plan, s)
-    if v:
-        lines += ["", "LEGW against the tuned LR:", ""] + [f"- {x}" for x in v]
+            lines += budget_table(s, x)
+    if verdict_lines:
+        lines += ["", "LEGW against the tuned LR:", ""] + [f"- {v}" for v in verdict_lines]
     spent = [
-        r["train_time_s"] for r in s["rows"] if r["role"] in TUNING_ROLES and r.get("train_time_s")
+        r["train_time_s"] for r in s.rows if r["role"] in TUNING_ROLES and r.get("train_time_s")
     ]
     if t.cost or spent:
         measured = (
@@ -278,13 +235,13 @@ def sections(exp: Experiment, plan: Plan, s: dict) -> list[str]:
     return lines
 
 
-def _missed_note(plan: Plan, sts: list[tuning.LineState], s: dict) -> str:
+def _missed_note(lines: list[TunedLine]) -> str:
     """A caveat for the optimum's fit: the batch sizes whose tuned point reaches the target in no
     seed, where the "optimal" LR is only the best of runs that all missed."""
     missed = [
-        st.line.key
-        for st in sts
-        if st.settled and (rows := best_rows(plan, st, s)) and not _reached(rows)[0]
+        x.state.line.key
+        for x in lines
+        if x.state.settled and x.best is not None and not x.best["reached"]
     ]
     if not missed:
         return ""
@@ -314,8 +271,3 @@ def _near_best(exp: Experiment, st: tuning.LineState) -> str:
         ]
     lo, hi = min(ok), max(ok)
     return f"x{lo:g}" if lo == hi else f"x{lo:g}-x{hi:g}"
-
-
-def tuned_lr(plan: Plan, st: tuning.LineState, s: dict) -> float | None:
-    """The peak LR of the best grid point of ``st`` (None before it ran)."""
-    return next((r.get("peak_lr") for r in best_rows(plan, st, s)[:1]), None)

@@ -2,6 +2,7 @@
 mean +- standard error over seeds, diverged runs, the noise-scale ratio, and byte-identical
 re-rendering."""
 
+import dataclasses
 import json
 import math
 import os
@@ -10,8 +11,8 @@ import statistics
 from support.fake_runs import fake_experiment, fake_run
 
 from experiments import report
-from experiments.common import Experiment, Plan, sweep
-from experiments.report import numbers, page
+from experiments.common import Experiment, Plan, Run, sweep
+from experiments.report import page, summary
 
 
 def experiment():
@@ -47,10 +48,10 @@ def test_targets_steps_seeds_divergence_and_noise(tmp_path):
     fake_run(tmp_path, "b10_noise", [0.5], 10, noise=[(1.0, 20.0)] * 20)
 
     exp = experiment()
-    s = numbers.summarize(exp, exp.local, str(tmp_path), "local")
+    s = summary.build(exp, "local", str(tmp_path))
     target = (0.92 + 0.94) / 2 - 0.02  # the base runs' mean best, within the tolerance
-    assert math.isclose(s["target"], target)
-    rows = {r["run"]: r for r in s["rows"]}
+    assert math.isclose(s.target, target)
+    rows = {r["run"]: r for r in s.rows}
     assert (
         rows["b10_base_s0"]["steps_to_target"] == 40
         and rows["b10_base_s1"]["steps_to_target"] == 30
@@ -62,9 +63,13 @@ def test_targets_steps_seeds_divergence_and_noise(tmp_path):
     assert rows["b40_linear_s0"]["stopped"] and rows["b40_linear_s0"]["status"].startswith(
         "stopped: non-finite"
     )
-    assert [n["b_simple"] for n in s["noise"]] == [20.0, 20.0, 20.0]
+    assert [n["b_simple"] for n in s.noise] == [20.0, 20.0, 20.0]
+    assert s.finished == 6  # the diverged run has no final value
+    # the base cell: both seeds reach the target, at steps 40 and 30; no tuned column
+    assert s.base is s.cells[(10, "base")] and s.base["reached"] == 2 and s.base_steps == 35
+    assert s.tuned == () and s.lr_points == {} and s.sensitivity == () and s.schemes == {}
 
-    agg = numbers.cells(exp, s["rows"])
+    agg = s.cells
     legw = agg[(40, "legw")]
     assert math.isclose(legw["final"], (0.95 + 0.8) / 2)
     assert math.isclose(legw["final_se"], statistics.stdev([0.95, 0.8]) / math.sqrt(2))
@@ -146,13 +151,13 @@ def test_side_seeds_run_the_claim_and_base_on_every_seed_and_say_so(tmp_path):
         exp.full,
         Plan(runs, "fake"),
     )
-    s = numbers.summarize(exp, exp.local, str(tmp_path), "local")
-    line = next(x for x in page.caveats(exp, exp.local, s, "local") if x.startswith("- Seeds"))
+    s = summary.build(exp, "local", str(tmp_path))
+    line = next(x for x in page.caveats(s) if x.startswith("- Seeds"))
     # what finished, grouped: the base on 3 seeds, legw on 2 so far, linear on 1
     assert line.startswith(
         "- Seeds: 3 (0, 1, 2) for `base`; 2 (0, 1) for `legw`; 1 (0) for `linear`. "
     )
-    assert numbers.cells(exp, s["rows"])[(40, "linear")]["final_se"] is None
+    assert s.cells[(40, "linear")]["final_se"] is None
 
 
 def provenance(root, name, **hardware):
@@ -172,8 +177,7 @@ def test_the_page_names_the_hardware_its_runs_used(tmp_path):
         provenance(tmp_path, name, **gpu)
 
     def page_lines():
-        s = numbers.summarize(exp, exp.local, str(tmp_path), "local")
-        return page.caveats(exp, exp.local, s, "local")
+        return page.caveats(summary.build(exp, "local", str(tmp_path)))
 
     lines = page_lines()
     speedup = next(x for x in lines if x.startswith("- The speedup"))
@@ -198,8 +202,7 @@ def test_the_page_names_the_hardware_its_runs_used(tmp_path):
 
     empty = tmp_path / "empty"
     empty.mkdir()
-    s = numbers.summarize(exp, exp.local, str(empty), "local")
-    text = "\n".join(page.caveats(exp, exp.local, s, "local"))
+    text = "\n".join(page.caveats(summary.build(exp, "local", str(empty))))
     assert "? CPU cores" not in text and "no hardware is named" in text
 
 
@@ -218,9 +221,11 @@ def test_the_page_names_runs_that_trained_another_budget_than_the_plans(tmp_path
         (tmp_path / "runs" / name / "config.json").write_text(json.dumps({"num_epochs": epochs}))
 
     def budget_line():
-        s = numbers.summarize(exp, exp.local, str(tmp_path), "local")
-        return [x for x in page.caveats(exp, exp.local, s, "local") if "Other budgets" in x]
+        s = summary.build(exp, "local", str(tmp_path))
+        return [x for x in page.caveats(s) if "Other budgets" in x]
 
+    s = summary.build(exp, "local", str(tmp_path))
+    assert s.other_budgets == (("b40_legw_s0", 1.0, declared),)
     (line,) = budget_line()
     assert line.endswith(f"plan's: b40_legw_s0 1 (declared {declared:g}).")
     assert line.startswith("- **Other budgets**: 1 run(s) ")
@@ -228,3 +233,43 @@ def test_the_page_names_runs_that_trained_another_budget_than_the_plans(tmp_path
         json.dumps({"num_epochs": declared})
     )
     assert budget_line() == []
+
+
+def test_a_group_table_holds_each_group_and_scheme_over_its_finished_runs(tmp_path):
+    """rows="group": one cell per (group, scheme) over the runs that finished (a diverged run is
+    not one of its seeds), in the order the plan names them; the page writes those cells."""
+    runs = tuple(
+        Run(f"{g}_{sc}_s{seed}", 40, sc, f"batch=40,scheme={sc}", (), g, seed)
+        for g in ("adam", "lars")
+        for sc in ("legw", "none")
+        for seed in (0, 1)
+    )
+    exp = fake_experiment(Plan(runs, "fake"))
+    exp = dataclasses.replace(exp, rows="group", local_fixed_target=0.85)
+    fake_run(tmp_path, "adam_legw_s0", [0.5, 0.9], 40)  # reaches 0.85 at step 20
+    fake_run(tmp_path, "adam_legw_s1", [0.5, 0.8], 40)
+    fake_run(tmp_path, "adam_none_s0", [0.6], 40, failure="lbtrain: error: non-finite loss")
+    fake_run(tmp_path, "adam_none_s1", [0.4, 0.7], 40)
+    fake_run(tmp_path, "lars_legw_s0", [0.9, 0.95], 40)  # reaches it at step 10
+    s = summary.build(exp, "local", str(tmp_path))
+    assert s.target == 0.85 and s.base is None and s.base_steps is None
+    assert list(s.schemes) == [("adam", "legw"), ("adam", "none"), ("lars", "legw")]
+    adam = s.schemes[("adam", "legw")]
+    assert math.isclose(adam["final"], 0.85) and math.isclose(adam["final_se"], 0.05)
+    assert (adam["reached"], adam["seeds"], adam["steps_to_target"]) == (1, 2, 20)
+    none = s.schemes[("adam", "none")]
+    assert (none["final"], none["final_se"], none["reached"], none["seeds"]) == (0.7, None, 0, 1)
+    lars = s.schemes[("lars", "legw")]
+    assert (lars["final"], lars["reached"], lars["seeds"], lars["steps_to_target"]) == (
+        0.95,
+        1,
+        1,
+        10,
+    )
+    assert s.sensitivity == () and s.finished == 4
+    assert page.group_table(s, {}) == [
+        "| optimizer | legw | none |",
+        "|---|---|---|",
+        "| adam | 0.85 +- 0.05 (target 1/2) | 0.7 (target 0/1) |",
+        "| lars | 0.95 (target 1/1) | - |",
+    ]

@@ -1,8 +1,9 @@
 """experiments/tuning.py and its page (experiments/report/tuned.py): the grid's runs reuse the
 sweep's, the stages unfold from the finished runs (widen at an edge, then seeds, then longer
-budgets), and the page's tuned cell, rule and verdict hold the numbers of hand-made per-run
-files."""
+budgets), the table's summary holds the tuned column's numbers (asked of the tuning once a render),
+and the page's tuned cell, rule and verdict hold the numbers of hand-made per-run files."""
 
+import collections
 import dataclasses
 import math
 import os
@@ -11,9 +12,9 @@ import sys
 
 from support import fake_runs
 
-from experiments import ROOT, report, tuning
+from experiments import ROOT, report, runfiles, tuning
 from experiments.common import Plan, Tuning, sweep
-from experiments.report import numbers, tuned
+from experiments.report import page, plots, summary, tuned
 
 
 def experiment(**tuning_kw):
@@ -131,10 +132,9 @@ def fake_run(root, name, accuracies, batch, peak_lr, failure=None):
     )
 
 
-def test_the_page_holds_the_tuned_cell_the_rule_and_the_verdict(tmp_path):
-    exp = experiment()
-    # the base reaches 0.90 (target 0.88); at 40 LEGW and its grid miss it in 4 epochs, x2 the
-    # epochs reach it
+def tuned_runs(tmp_path):
+    """The base reaches 0.90 (target 0.88); at 40 LEGW and its grid miss it in 4 epochs, x2 the
+    epochs reach it."""
     fake_run(tmp_path, "b10_base_s0", [0.6, 0.85, 0.9, 0.9], 10, 0.1)
     fake_run(tmp_path, "b10_base_s1", [0.6, 0.8, 0.88, 0.9], 10, 0.1)
     fake_run(tmp_path, "b10_base_lr0.5_s0", [0.5, 0.8, 0.85, 0.86], 10, 0.05)
@@ -158,9 +158,14 @@ def test_the_page_holds_the_tuned_cell_the_rule_and_the_verdict(tmp_path):
     fake_run(
         tmp_path, "b40_legw_lr4_ep2x_s0", [0.5, 0.6, 0.8, 0.85, 0.86, 0.87, 0.89, 0.9], 40, 0.8
     )
-    s = numbers.summarize(exp, exp.local, str(tmp_path), "local")
-    assert math.isclose(s["target"], 0.9 - 0.02)
-    cells = tuned.tuned_cells(exp, exp.local, s)
+
+
+def test_the_page_holds_the_tuned_cell_the_rule_and_the_verdict(tmp_path):
+    exp = experiment()
+    tuned_runs(tmp_path)
+    s = summary.build(exp, "local", str(tmp_path))
+    assert math.isclose(s.target, 0.9 - 0.02)
+    cells = tuned.tuned_cells(s)
     # the base's best grid point is x1 (the recipe): 0.9 on both seeds, reaching 0.88 at steps 30
     # and 30
     assert cells["10"] == "0.9 +- 0 (30 steps, x1, 2/2); peak lr 0.1 (x1)"
@@ -175,7 +180,7 @@ def test_the_page_holds_the_tuned_cell_the_rule_and_the_verdict(tmp_path):
         "squares; +- 0.50, one grid step over x4): within the resolution of "
         "Linear Scaling (1)."
     )
-    verdicts = tuned.verdicts(exp, exp.local, s)
+    verdicts = tuned.verdicts(s)
     assert verdicts[1] == (
         "40: LEGW 0.79 (target 0/2), tuned 0.86 at x4 its peak LR (target 0/2); tuned better by "
         "0.07: the failure is the budget's (the tuned LR reaches it with x2 the epochs)."
@@ -201,6 +206,100 @@ def test_the_page_holds_the_tuned_cell_the_rule_and_the_verdict(tmp_path):
     assert (open(out + ".md", "rb").read(), open(out + "_lr_vs_batch.png", "rb").read()) == first
 
 
+def test_the_summary_holds_the_tuned_column_computed_by_hand(tmp_path):
+    exp = experiment()
+    tuned_runs(tmp_path)
+    s = summary.build(exp, "local", str(tmp_path))
+    at10, at40 = s.tuned
+    # at 10 the grid is the recipe's LR x0.5, x1, x2 (x2 diverged): x1 is the best, inside it
+    assert at10.state.factors == (0.5, 1.0, 2.0) and at10.state.best == 1.0
+    assert at10.state.finals == {0.5: 0.86, 1.0: 0.9, 2.0: tuning.STOPPED}
+    assert at10.grid[2.0]["run"] == "b10_base_lr2_s0" and at10.grid[2.0]["stopped"]
+    assert at10.legw_lr == 0.1 and at10.legw == at10.best  # the recipe is the best point
+    assert (at10.best["final"], at10.best["reached"], at10.best["seeds"]) == (0.9, 2, 2)
+    assert at10.best["steps_to_target"] == 30 and at10.budgets == ()  # not the largest batch
+    # at 40 the best (x2) sat on the edge: x4 and x8 were added, x4 is the best
+    assert at40.state.factors == (0.5, 1.0, 2.0, 4.0, 8.0) and at40.state.best == 4.0
+    assert [at40.grid[f]["peak_lr"] for f in at40.state.factors] == [0.1, 0.2, 0.4, 0.8, 1.6]
+    assert at40.legw_lr == 0.2 and math.isclose(at40.legw["final"], (0.8 + 0.78) / 2)
+    assert (at40.legw["reached"], at40.legw["seeds"]) == (0, 2)
+    assert math.isclose(at40.best["final"], (0.87 + 0.85) / 2) and at40.best["reached"] == 0
+    assert at40.lr == at40.cell_lr == 0.8
+    # the budgets of the best point, seed 0: x1 ends at 0.87 (short of 0.88), x2 reaches it at the
+    # 7th epoch's evaluation (step 70)
+    (m1, x1), (m2, x2) = at40.budgets
+    assert (m1, x1["final"], x1["reached"]) == (1.0, 0.87, 0)
+    assert (m2, x2["final"], x2["steps_to_target"], x2["epochs_to_target"]) == (2.0, 0.9, 70, 7.0)
+    assert s.lr_points == {"": ((10, 0.1), (40, 0.8))}
+    assert s.base_steps == 30
+    # the sensitivity runs at 40 are the grid's x2 (one command): LEGW's own runs are its x1
+    (f1, legw), (f2, x2_sens) = s.sensitivity
+    assert (f1, f2) == (1.0, 2.0) and math.isclose(legw["final"], 0.79)
+    assert math.isclose(x2_sens["final"], (0.84 + 0.86) / 2) and x2_sens["seeds"] == 2
+    # the plan's runs first, then the tuning's that the finished runs call for, in the tuning's
+    # order: the grids, the best points' other seeds, the budget runs
+    assert [r.name for r in s.runs[len(exp.local.runs) :]] == [
+        "b10_base_lr0.5_s0",
+        "b10_base_lr2_s0",
+        "b40_legw_lr0.5_s0",
+        "b40_legw_lr4_s0",
+        "b40_legw_lr8_s0",
+        "b40_legw_lr4_s1",
+        "b40_legw_lr4_ep2x_s0",
+    ]
+
+
+def test_a_render_asks_the_tuning_once_and_reads_each_run_once(tmp_path, monkeypatch):
+    exp = experiment()
+    tuned_runs(tmp_path)
+    calls, reads = collections.Counter(), collections.Counter()
+
+    def counting(name, real):
+        def wrapper(*args, **kwargs):
+            calls[name] += 1
+            return real(*args, **kwargs)
+
+        return wrapper
+
+    for name in ("state", "lines", "runs", "planned"):
+        monkeypatch.setattr(tuning, name, counting(name, getattr(tuning, name)))
+    read_run = runfiles.read_run
+    monkeypatch.setattr(runfiles, "read_run", lambda d: reads.update([d]) or read_run(d))
+    s, skipped = report.render(exp, "local", str(tmp_path), str(tmp_path / "fake_local"), "cmd")
+    assert calls == {"state": 1, "lines": 1, "planned": 1} and not skipped
+    assert len(reads) == len(s.runs) and set(reads.values()) == {1}
+
+
+def test_the_page_the_csv_and_the_plots_only_read_the_summary(tmp_path, monkeypatch):
+    """Once built, the summary is all they need: the tuning and the runs' files are not asked
+    again, and what they write is what a render writes."""
+    exp = experiment()
+    tuned_runs(tmp_path)
+    rendered = tmp_path / "rendered"
+    rendered.mkdir()
+    report.render(exp, "local", str(tmp_path), str(rendered / "fake_local"), "cmd")
+    s = summary.build(exp, "local", str(tmp_path))
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("asked again after the summary was built")
+
+    for name in ("state", "line_state", "lines", "runs", "planned", "grid_run", "budget_run"):
+        monkeypatch.setattr(tuning, name, refuse)
+    for name in ("read_run", "finals", "all_runs"):
+        monkeypatch.setattr(runfiles, name, refuse)
+    out = tmp_path / "from_summary"
+    out.mkdir()
+    prefix = str(out / "fake_local")
+    report.write_csv(s, prefix + ".csv")
+    page.write_markdown(s, prefix + ".md", "cmd")
+    plots.write_plots(s, prefix)
+    assert plots.lr_vs_batch(s, prefix + "_lr_vs_batch.png")
+    written = sorted(os.listdir(out))
+    assert written == sorted(os.listdir(rendered)) and len(written) == 6
+    for name in written:
+        assert (out / name).read_bytes() == (rendered / name).read_bytes(), name
+
+
 def test_render_out_is_where_the_pages_go_and_the_runs_come_from_the_results(tmp_path):
     out = tmp_path / "pages" / "new"  # does not exist yet
     proc = subprocess.run(
@@ -224,8 +323,6 @@ def test_render_out_is_where_the_pages_go_and_the_runs_come_from_the_results(tmp
 
 
 def test_the_lr_plot_colours_a_point_by_its_gap_to_the_best_in_tolerances():
-    from experiments.report import plots
-
     acc = experiment()  # accuracy, higher is better, tolerance 0.02
     assert math.isclose(plots._gap(acc, 0.86, 0.90), 2.0)
     assert plots._gap(acc, 0.90, 0.90) == 0.0

@@ -1,0 +1,205 @@
+"""The summary of one table: every number its page, CSV and plots show, built once by :func:`build`
+from the runs' published files (:mod:`experiments.runfiles`) and the tuned column's state
+(:func:`experiments.tuning.state`, asked once). The page, the CSV and the plots only read a
+:class:`Summary`; none of them reads a run's files or asks the tuning again."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping
+
+from experiments import runfiles, tuning
+from experiments.common import Experiment, Plan, Run, load_run_config
+from experiments.report.numbers import (
+    TUNING_ROLES,
+    aggregate,
+    cells,
+    noise_scale,
+    summarize_run,
+)
+
+Cell = dict  # numbers.aggregate's numbers over the seeds of one setting
+
+
+@dataclasses.dataclass(frozen=True)
+class TunedLine:
+    """One line of the tuned column (a batch size or a group): its grid's state and the numbers of
+    its runs. The cells are :func:`~experiments.report.numbers.aggregate` over the finished (or
+    diverged) runs of a point, None where none has ended."""
+
+    state: tuning.LineState
+    grid: Mapping[float, dict]  # factor -> seed 0's row at that grid point ({} where none)
+    legw_lr: float | None  # the peak LR of grid point 1 (LEGW's own run, or the recipe's), seed 0
+    legw: Cell | None  # grid point 1 over the tuning's seeds
+    best: Cell | None  # the best grid point over the tuning's seeds (a settled line)
+    lr: float | None  # the best point's peak LR on its first seed: the rule's and the plot's point
+    cell_lr: float | None  # the first peak LR logged among the best point's runs (the tuned cell)
+    # a settled line with budget runs: (epoch budget x the plan's, seed 0's cell of the best point),
+    # the plan's own budget (x1) first
+    budgets: tuple[tuple[float, Cell | None], ...]
+
+
+@dataclasses.dataclass(frozen=True)
+class Summary:
+    """The numbers of ``exp``'s table for its plan ``plan_name``, from the runs' files."""
+
+    exp: Experiment
+    plan: Plan
+    plan_name: str
+    runs: tuple[
+        Run, ...
+    ]  # the plan's runs, then the tuned column's that the finished ones call for
+    data: Mapping[str, dict | None]  # run -> its files (runfiles.read_run; None before a row)
+    rows: tuple[dict, ...]  # one per run, in the runs' order (numbers.summarize_run)
+    target: float | None
+    noise: tuple[dict, ...]  # the noise run's gradient noise scale per window (numbers.noise_scale)
+    cells: Mapping[tuple, Cell]  # (batch or group, column) -> the scheme cell (numbers.cells)
+    base: Cell | None  # the base runs' cell (the recipe at the base batch)
+    base_steps: float | None  # the base cell's mean steps to the target: every speedup's reference
+    # rows="group": (group, scheme) -> the cell of its finished runs (not the tuned column's)
+    schemes: Mapping[tuple[str, str], Cell]
+    # rows="batch": LEGW's peak LR factor at the largest batch -> the cell of its finished runs
+    # (1: LEGW itself); empty when no sensitivity run has finished
+    sensitivity: tuple[tuple[float, Cell | None], ...]
+    other_budgets: tuple[tuple[str, float, float], ...]  # (run, epochs it trained, declared)
+    tuned: tuple[TunedLine, ...]  # the tuned column's lines, in the tuning's order
+    # group ("" for a batch sweep) -> (batch, tuned peak LR) of its settled lines, in line order
+    lr_points: Mapping[str, tuple[tuple[int, float], ...]]
+    unit: str  # what a batch counts: "ex" (examples), "tok" (token streams) or "img" (images)
+
+    @property
+    def finished(self) -> int:
+        """How many runs have a final value."""
+        return sum("final" in r for r in self.rows)
+
+
+def build(exp: Experiment, plan_name: str, results_dir: str) -> Summary:
+    """The summary of the runs published under ``results_dir/runs``; each run's files read once."""
+    plan = exp.plan(plan_name)
+    loaded: dict[str, dict | None] = {}
+
+    def read(name: str) -> dict | None:
+        if name not in loaded:
+            loaded[name] = runfiles.read_run(runfiles.join(results_dir, "runs", name))
+        return loaded[name]
+
+    states = tuning.state(exp, plan, runfiles.finals(exp, results_dir, read))
+    runs = tuple(plan.runs) + tuple(tuning.planned(plan, states))
+    data = {r.name: read(r.name) for r in runs}
+    bases = [r for r in runs if r.role == "base"]
+    base_best = [summarize_run(exp, r, data[r.name], None).get("best") for r in bases]
+    target = exp.target([b for b in base_best if b is not None], plan_name)
+    rows = tuple(summarize_run(exp, r, data[r.name], target) for r in runs)
+    table = cells(exp, list(rows))
+    base = next((v for (_, c), v in table.items() if c == "base"), None)
+    by_name = {r["run"]: r for r in rows}
+    tuned = tuple(tuned_line(plan, st, by_name) for st in states)
+    return Summary(
+        exp=exp,
+        plan=plan,
+        plan_name=plan_name,
+        runs=runs,
+        data=data,
+        rows=rows,
+        target=target,
+        noise=tuple(next((noise_scale(data[r.name]) for r in runs if r.role == "noise"), [])),
+        cells=table,
+        base=base,
+        base_steps=base["steps_to_target"] if base else None,
+        schemes=scheme_cells(rows) if exp.rows == "group" else {},
+        sensitivity=sensitivity(rows) if exp.rows == "batch" else (),
+        other_budgets=other_budgets(exp, plan, runs, data),
+        tuned=tuned,
+        lr_points=lr_points(tuned),
+        unit=next((d["run_plan"].get("unit") for d in data.values() if d and d["run_plan"]), "ex"),
+    )
+
+
+def _ended(by: Mapping[str, dict], names) -> list[dict]:
+    """The rows (``by``: run -> row) of ``names`` whose runs ended (a final value, or diverged), in
+    that order."""
+    return [by[n] for n in names if n in by and ("final" in by[n] or by[n].get("stopped"))]
+
+
+def _cell(rs: list[dict]) -> Cell | None:
+    return aggregate(rs) if rs else None
+
+
+def tuned_line(plan: Plan, st: tuning.LineState, by: Mapping[str, dict]) -> TunedLine:
+    """The numbers of one line of the tuned column, from its state and the summarised rows
+    (``by``: run -> row)."""
+    t = plan.tuning
+    grid = {f: by.get(tuning.grid_run(st.line, f).name, {}) for f in st.factors}
+    legw = _ended(by, [tuning.grid_run(st.line, 1.0, seed).name for seed in t.seeds])
+    best, budgets = [], ()
+    if st.settled:
+        best = _ended(by, [tuning.grid_run(st.line, st.best, seed).name for seed in t.seeds])
+        if st.line.largest:
+            names = [(1.0, tuning.grid_run(st.line, st.best).name)]
+            names += [(m, tuning.budget_run(st.line, st.best, m, t).name) for m in t.budgets]
+            budgets = tuple((m, _cell(_ended(by, [name]))) for m, name in names)
+    return TunedLine(
+        state=st,
+        grid=grid,
+        legw_lr=by.get(tuning.grid_run(st.line, 1.0).name, {}).get("peak_lr"),
+        legw=_cell(legw),
+        best=_cell(best),
+        lr=next((r.get("peak_lr") for r in best[:1]), None),
+        cell_lr=next((r["peak_lr"] for r in best if r.get("peak_lr") is not None), None),
+        budgets=budgets,
+    )
+
+
+def lr_points(lines: tuple[TunedLine, ...]) -> dict[str, tuple[tuple[int, float], ...]]:
+    """group -> (batch, tuned peak LR) of every settled line with one, in the lines' order."""
+    out: dict[str, tuple[tuple[int, float], ...]] = {}
+    for x in lines:
+        out.setdefault(x.state.line.group, ())
+        if x.state.settled and x.lr:
+            out[x.state.line.group] += ((x.state.line.template.batch, x.lr),)
+    return out
+
+
+def scheme_cells(rows: tuple[dict, ...]) -> dict[tuple[str, str], Cell]:
+    """(group, scheme) -> the cell of its finished runs, the tuned column's and the noise run's
+    left out; in the order the rows first name them."""
+    out: dict[tuple[str, str], list[dict]] = {}
+    for r in rows:
+        if "final" in r and r["role"] not in ("noise", *TUNING_ROLES):
+            out.setdefault((r["column"], r["scheme"]), []).append(r)
+    return {key: aggregate(rs) for key, rs in out.items()}
+
+
+def sensitivity(rows: tuple[dict, ...]) -> tuple[tuple[float, Cell | None], ...]:
+    """LEGW's sensitivity to its peak LR at the largest batch: (factor, the cell of its finished
+    runs), ascending, LEGW's own runs as the factor 1; empty before a sensitivity run finished."""
+    sens = [r for r in rows if r["role"] == "sensitivity" and "final" in r]
+    if not sens:
+        return ()
+    sweeps = [r["batch"] for r in rows if r["role"] == "sweep"]
+    big = max(sweeps) if sweeps else 0
+    legw = [
+        r
+        for r in rows
+        if r["role"] == "sweep" and r["scheme"] == "legw" and r["batch"] == big and "final" in r
+    ]
+    factors = {f: [r for r in sens if r["lr_factor"] == f] for f in {r["lr_factor"] for r in sens}}
+    return tuple((f, _cell(rs)) for f, rs in sorted({1.0: legw, **factors}.items()))
+
+
+def other_budgets(
+    exp: Experiment, plan: Plan, runs: tuple[Run, ...], data: Mapping[str, dict | None]
+) -> tuple[tuple[str, float, float], ...]:
+    """(run, epochs it trained, epochs its command declares) for every published run whose
+    ``config.json`` has another epoch budget than the plan's command for it gives (e.g. an
+    ``--extra=--config.num_epochs=1`` on the sweep): such numbers are not the plan's."""
+    out = []
+    for run in runs:
+        ran = (data.get(run.name) or {}).get("config", {}).get("num_epochs")
+        if ran is None:
+            continue
+        declared = load_run_config(plan.config or exp.config, run.arg, run.overrides).num_epochs
+        if not math.isclose(float(ran), float(declared)):
+            out.append((run.name, float(ran), float(declared)))
+    return tuple(out)
