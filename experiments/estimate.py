@@ -71,7 +71,7 @@ def prepare_lines(names: list[str]) -> list[str]:
     vocabulary and ids the first run builds (measured, from :data:`DATA_BUILD_BENCH`)."""
     out = []
     for name in names:
-        spec = prepare.SPECS[name]
+        spec = prepare.spec(name)
         table = spec.resources(prepare.Options(root="", download_dir=""))
         download = sources.download_text(table)
         out.append(f"before the runs: {prepare.command(name)} ({download}; once per data root)")

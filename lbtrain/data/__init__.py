@@ -14,14 +14,16 @@ process_count)``. It also says what it counts (``unit``, ``items_per_row``: exam
 or sentence pairs per batch row), ``num_train`` and the facts the model must share with it
 (``model_args``, e.g. the padding id).
 
-Each family of datasets is one subpackage, its ``load`` (the ``DATASETS`` entry) and ``synthetic``
-(random data of its shape, the ``SYNTHETIC`` entry) in its ``__init__.py``:
+Each family of datasets is one subpackage: its ``__init__.py`` holds ``load`` (the ``DATASETS``
+entry) and ``synthetic`` (random data of its shape, the ``SYNTHETIC`` entry), and its
+``prepare.py`` the ``Spec`` by which ``lbtrain-data`` prepares its real data (the ``SPECS`` entry):
 :mod:`~lbtrain.data.images` (ImageNet and scikit-learn's digits), :mod:`~lbtrain.data.lm`
-(word-level language-model corpora), :mod:`~lbtrain.data.mnist` and :mod:`~lbtrain.data.translation`
-(parallel text, its subword vocabulary and token cache). The parts they share sit here: the
-interface (:mod:`~lbtrain.data.base`), deterministic batching (:mod:`~lbtrain.data.batching`), split
-rules (:mod:`~lbtrain.data.splits`) and the TFDS split reader (:mod:`~lbtrain.data.tfds_split`);
-:mod:`~lbtrain.data.prepare` is ``lbtrain-data``.
+(word-level language-model corpora), :mod:`~lbtrain.data.mnist` and
+:mod:`~lbtrain.data.translation` (parallel text, its subword vocabulary and token cache). The parts
+they share sit here: the interface (:mod:`~lbtrain.data.base`), deterministic batching
+(:mod:`~lbtrain.data.batching`), split rules (:mod:`~lbtrain.data.splits`), the TFDS split reader
+(:mod:`~lbtrain.data.tfds_split`) and the preparation machinery (:mod:`~lbtrain.data.prepare`,
+``lbtrain-data``).
 """
 
 from __future__ import annotations
@@ -32,9 +34,14 @@ from lbtrain import registry
 from lbtrain.data import images, lm, mnist, translation
 from lbtrain.data.base import Dataset
 from lbtrain.data.batching import ArraySource, ClassificationData, TrainBatches, eval_batches
+from lbtrain.data.images import prepare as images_prepare
 from lbtrain.data.lm import LanguageModelData
+from lbtrain.data.lm import prepare as lm_prepare
 from lbtrain.data.lm.streams import StreamBatches, eval_windows
+from lbtrain.data.mnist import prepare as mnist_prepare
+from lbtrain.data.prepare import Spec
 from lbtrain.data.translation import TranslationData
+from lbtrain.data.translation import prepare as translation_prepare
 from lbtrain.errors import DataError
 
 # name -> constructor(**data keys, workdir, is_writer) -> a Dataset
@@ -47,6 +54,14 @@ DATASETS = {
 
 # name -> random data shaped like that dataset: (whole config, rows, generator) -> a Dataset
 SYNTHETIC = {"lm": lm.synthetic, "images": images.synthetic, "mnist": mnist.synthetic}
+
+# `lbtrain-data` name -> how it prepares that dataset (lbtrain.data.prepare: prepare, verify, list)
+SPECS: dict[str, Spec] = {
+    "mnist": mnist_prepare.SPEC,
+    "ptb": lm_prepare.SPEC,
+    "wmt16": translation_prepare.SPEC,
+    "imagenet2012": images_prepare.SPEC,
+}
 
 
 def synthetic(config, rows: int, seed: int = 0) -> Dataset:
@@ -70,6 +85,7 @@ __all__ = [
     "Dataset",
     "LanguageModelData",
     "StreamBatches",
+    "SPECS",
     "SYNTHETIC",
     "TrainBatches",
     "TranslationData",

@@ -403,11 +403,14 @@ def test_non_writer_builds_but_never_writes(tmp_path):
 def test_tfds_data_on_gcs_names_the_missing_extra_or_the_unprepared_split(gcs, monkeypatch):
     """Reading data from gs:// either works (the gcs extra is installed: an unprepared split is the
     one-line 'not prepared' error naming the bucket) or says which extra to install."""
+    from lbtrain.data.prepare import command_hint
     from lbtrain.data.tfds_split import open_split
     from lbtrain.errors import DataError
 
-    with pytest.raises(DataError, match=f"not prepared in {gcs.root}/tfds"):
-        open_split("mnist", "train", f"{gcs.root}/tfds", instead="use data.source=embedded")
+    root = f"{gcs.root}/tfds"
+    prepare = command_hint("mnist", root)
+    with pytest.raises(DataError, match=f"not prepared in {root}: run `lbtrain-data prepare mnist"):
+        open_split("mnist", "train", root, instead="use data.source=embedded", prepare=prepare)
     monkeypatch.setitem(sys.modules, "gcsfs", None)  # as if the extra were not installed
     with pytest.raises(StorageError, match=r"pip install 'lbtrain\[gcs\]'"):
-        open_split("mnist", "train", f"{gcs.root}/tfds", instead="use data.source=embedded")
+        open_split("mnist", "train", root, instead="use data.source=embedded", prepare=prepare)

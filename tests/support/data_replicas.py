@@ -183,11 +183,11 @@ def imagenet_tars(folder, val_count: int = 60, damaged: str = "") -> dict[str, s
     paths. ``damaged="train"`` cuts the train tar short."""
     import os
 
-    from lbtrain.data.prepare import imagenet
+    from lbtrain.data.images import imagenet_writer
     from support import tfds_folder
 
-    cmyk, png = imagenet.fixes()
-    synsets = imagenet.synsets()
+    cmyk, png = imagenet_writer.fixes()
+    synsets = imagenet_writer.synsets()
     photos = tfds_folder.sample_photo_jpegs(len(synsets) + val_count, size=(40, 30))
     special = {sorted(cmyk)[0]: "cmyk", sorted(png)[0]: "png"}
     inner_tars = {}
@@ -210,8 +210,8 @@ def imagenet_tars(folder, val_count: int = 60, damaged: str = "") -> dict[str, s
         train = train[: len(train) // 2]
     names = [f"ILSVRC2012_val_{i + 1:08d}.JPEG" for i in range(val_count)]
     val = _tar(dict(zip(names, photos[len(synsets) :])), compress=False)
-    paths = {"train": os.path.join(folder, imagenet.TARS["train"])}
-    paths["validation"] = os.path.join(folder, imagenet.TARS["validation"])
+    paths = {"train": os.path.join(folder, imagenet_writer.TARS["train"])}
+    paths["validation"] = os.path.join(folder, imagenet_writer.TARS["validation"])
     os.makedirs(folder, exist_ok=True)
     for split, data in (("train", train), ("validation", val)):
         with open(paths[split], "wb") as f:

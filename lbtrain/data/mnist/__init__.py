@@ -16,7 +16,9 @@ import numpy as np
 from lbtrain import registry
 from lbtrain.data.base import Dataset
 from lbtrain.data.batching import ArraySource, ClassificationData
+from lbtrain.data.prepare import command_hint
 from lbtrain.data.splits import stratified_split
+from lbtrain.data.tfds_split import open_split
 from lbtrain.errors import DataError
 
 
@@ -49,9 +51,13 @@ class TfdsSource:
     """Random access into a prepared TFDS split; decodes to the common MNIST arrays."""
 
     def __init__(self, name: str, split: str, data_dir: str | None = None):
-        from lbtrain.data.tfds_split import open_split
-
-        self.ds = open_split(name, split, data_dir, instead="set data.source=embedded")
+        self.ds = open_split(
+            name,
+            split,
+            data_dir,
+            instead="set data.source=embedded",
+            prepare=command_hint(name, data_dir or ""),
+        )
 
     def __len__(self) -> int:
         return len(self.ds)

@@ -8,52 +8,74 @@ TFDS file format; PTB's files against the MD5s recorded when they were prepared,
 prepared again), not built again. ``verify(name, root)`` compares what a prepared folder holds
 with the official counts; it reads a folder a real ``tfds build --file_format=array_record`` made
 just as well.
+
+What can be prepared is ``lbtrain.data.SPECS``, beside ``DATASETS``: one :class:`Spec` a dataset,
+each in its family's folder (``lbtrain/data/<family>/prepare.py``). This package is the machinery
+they share: :mod:`~lbtrain.data.prepare.shape` (the ``Spec``, the options, the shared build
+steps), :mod:`~lbtrain.data.prepare.sources` (URLs, recorded sizes and digests, official counts),
+:mod:`~lbtrain.data.prepare.download`, :mod:`~lbtrain.data.prepare.target` (the data root, locks,
+staging, publishing), :mod:`~lbtrain.data.prepare.builders` (TFDS's own builders fed from checked
+files) and :mod:`~lbtrain.data.prepare.cli`. It imports no family: the families import it.
 """
 
 from __future__ import annotations
 
+import importlib
 import shutil
 import sys
 
 from lbtrain import rundir
 from lbtrain.data.prepare import target
-from lbtrain.data.prepare.datasets import SPECS, Options, Spec
+from lbtrain.data.prepare.shape import Options, Spec
 from lbtrain.errors import DataError
 
 __all__ = [
-    "SPECS",
     "Options",
     "Spec",
     "command",
     "command_hint",
     "is_prepared",
     "prepare",
+    "spec",
+    "specs",
     "verify",
 ]
+
+
+def specs() -> dict[str, Spec]:
+    """``lbtrain.data.SPECS``: name -> :class:`Spec` of every dataset ``lbtrain-data`` prepares."""
+    from lbtrain.data import SPECS  # read when asked: the families import this package
+
+    return SPECS
+
+
+def spec(name: str) -> Spec:
+    known = specs()
+    if name not in known:
+        raise DataError(f"unknown dataset {name!r}; valid choices: {', '.join(known)}")
+    return known[name]
+
+
+def _manual_dir(name: str) -> str:
+    """What ``--manual_dir`` must hold for ``name`` ("": nothing, or an unknown name)."""
+    known = specs().get(name)
+    return known.manual_dir if known else ""
 
 
 def command(name: str, data_dir: str = "") -> str:
     """The command that prepares ``name`` into ``data_dir`` (for error messages)."""
     where = f" --data_dir={data_dir}" if data_dir else ""
-    manual = " --manual_dir=DIR" if name == "imagenet2012" else ""
+    manual = " --manual_dir=DIR" if _manual_dir(name) else ""
     return f"lbtrain-data prepare {name}{where}{manual}"
 
 
 def command_hint(name: str, data_dir: str = "") -> str:
     """``run `<command>` `` plus what its placeholders mean."""
     hint = f"run `{command(name, data_dir)}`"
-    if name == "imagenet2012":
-        hint += (
-            " (DIR: the folder holding ILSVRC2012_img_train.tar and ILSVRC2012_img_val.tar, "
-            "downloaded from image-net.org)"
-        )
+    manual = _manual_dir(name)
+    if manual:
+        hint += f" (DIR: {manual})"
     return hint
-
-
-def spec(name: str) -> Spec:
-    if name not in SPECS:
-        raise DataError(f"unknown dataset {name!r}; valid choices: {', '.join(SPECS)}")
-    return SPECS[name]
 
 
 def is_prepared(name: str, root: str) -> bool:
@@ -110,8 +132,8 @@ def _read_check(s: Spec, root: str) -> str:
     example."""
     import tensorflow_datasets as tfds
 
-    if s.name == "wmt16":
-        import tensorflow_datasets.translate  # noqa: F401  registers the legacy builder
+    if s.tfds_module:  # registers a builder TFDS does not know by default (a legacy one)
+        importlib.import_module(s.tfds_module)
     read = []
     for split in s.official.counts:
         try:

@@ -93,7 +93,7 @@ def _parser() -> argparse.ArgumentParser:
         epilog=OWN_COPY,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p_prep.add_argument("name", choices=list(prep.SPECS))
+    p_prep.add_argument("name", choices=list(prep.specs()))
     data_dir(p_prep)
     p_prep.add_argument(
         "--download_dir",
@@ -163,14 +163,14 @@ def _parser() -> argparse.ArgumentParser:
         "--quiet", action="store_true", help="print nothing but errors and the final line"
     )
     p_verify = sub.add_parser("verify", help="compare a prepared dataset with the official counts")
-    p_verify.add_argument("name", choices=list(prep.SPECS))
+    p_verify.add_argument("name", choices=list(prep.specs()))
     data_dir(p_verify)
     return parser
 
 
 def _list(root: str) -> int:
     print(f"data root: {root}")
-    for name, s in prep.SPECS.items():
+    for name, s in prep.specs().items():
         table = s.resources(prep.Options(root=root, download_dir=""))
         download = sources.download_text(table)
         try:
@@ -199,7 +199,7 @@ def main(argv: list[str] | None = None) -> int:
             return _list(root)
         if args.command == "verify":
             ok, lines = prep.verify(args.name, root)
-            print(f"{args.name} in {target.join(root, prep.SPECS[args.name].folder)}:")
+            print(f"{args.name} in {target.join(root, prep.spec(args.name).folder)}:")
             for line in lines:
                 print(f"  {line}")
             if not ok:

@@ -40,7 +40,8 @@ def test_wmt16_archives_are_the_ones_tfds_reads_for_de_en():
     """Every subset TFDS's wmt16_translate/de-en reads comes from a recorded archive."""
     from tensorflow_datasets.translate import wmt
 
-    from lbtrain.data.prepare import builders, datasets
+    from lbtrain.data.prepare import builders
+    from lbtrain.data.translation.prepare import WMT16_ARCHIVE_OF
 
     subsets = builders.wmt16_subsets()
     assert subsets == {
@@ -50,7 +51,7 @@ def test_wmt16_archives_are_the_ones_tfds_reads_for_de_en():
     }
     for names in subsets.values():
         for name in names:
-            archive = sources.WMT16[datasets.WMT16_ARCHIVE_OF[name]]
+            archive = sources.WMT16[WMT16_ARCHIVE_OF[name]]
             assert list(wmt.DATASET_MAP[name].get_url("de")) == [archive.url]
 
 

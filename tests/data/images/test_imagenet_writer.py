@@ -16,7 +16,8 @@ import pytest
 from support import data_replicas
 
 from lbtrain.data import images
-from lbtrain.data.prepare import cli, imagenet
+from lbtrain.data.images import imagenet_writer
+from lbtrain.data.prepare import cli
 
 tfds = pytest.importorskip("tensorflow_datasets")
 
@@ -31,9 +32,9 @@ def reference_folder(tars, data_dir) -> str:
     PIL as lbtrain does): what `tfds build` makes of them."""
     from tensorflow_datasets.datasets.imagenet2012 import imagenet2012_dataset_builder as b
 
-    cmyk, png = imagenet.fixes()
-    val_names = [m.name for m in imagenet.index_validation(tars["validation"], True)]
-    official = imagenet._tfds_lines("datasets/imagenet2012/validation_labels.txt")
+    cmyk, png = imagenet_writer.fixes()
+    val_names = [m.name for m in imagenet_writer.index_validation(tars["validation"], True)]
+    official = imagenet_writer._tfds_lines("datasets/imagenet2012/validation_labels.txt")
     val_labels = {n: official[int(n[15:23]) - 1] for n in val_names}
 
     def members(path):
@@ -55,7 +56,7 @@ def reference_folder(tars, data_dir) -> str:
 
         def _fix_image(self, image_fname, image):
             if image_fname in cmyk | png:
-                return io.BytesIO(imagenet.to_rgb_jpeg(image.read()))
+                return io.BytesIO(imagenet_writer.to_rgb_jpeg(image.read()))
             return image
 
     builder = Reference(data_dir=str(data_dir), file_format="array_record")
@@ -119,7 +120,7 @@ def test_a_subset_is_refused_without_allow_subset(tars, tmp_path, capsys):
     )
 
 
-WRITE_SHARD = imagenet.write_shard
+WRITE_SHARD = imagenet_writer.write_shard
 
 
 def dies_on_validation(tar, images, to_fix, path):
@@ -137,19 +138,19 @@ def test_an_interrupted_prepare_resumes_with_the_shards_it_lacks(tars, tmp_path,
     manual = os.path.dirname(tars["train"])
     args = ["prepare", "imagenet2012", f"--data_dir={root}", f"--manual_dir={manual}"]
     args += ["--allow_subset", "--workers=1", "--quiet"]
-    monkeypatch.setattr(imagenet, "write_shard", dies_on_validation)
+    monkeypatch.setattr(imagenet_writer, "write_shard", dies_on_validation)
     with pytest.raises(OSError, match="disk gone"):  # not the user's: its traceback
         cli.main(args)
     assert not (root / "imagenet2012").exists()
     resume = root / ".lbtrain-prepare" / "imagenet2012" / "resume-imagenet2012"
     (train,) = resume.rglob("imagenet2012-train.array_record-*")
     stamp = (train.stat().st_ino, train.stat().st_mtime_ns)
-    monkeypatch.setattr(imagenet, "write_shard", WRITE_SHARD)
+    monkeypatch.setattr(imagenet_writer, "write_shard", WRITE_SHARD)
     assert cli.main(args) == 0
     final = root / "imagenet2012" / "5.1.0"
     published = final / train.name
     assert (published.stat().st_ino, published.stat().st_mtime_ns) == stamp  # not written again
-    assert not (final / imagenet.STATE).exists() and not resume.exists()
+    assert not (final / imagenet_writer.STATE).exists() and not resume.exists()
 
 
 def test_a_resume_into_another_bucket_starts_again(tars, gcs, tmp_path, monkeypatch):
@@ -157,10 +158,10 @@ def test_a_resume_into_another_bucket_starts_again(tars, gcs, tmp_path, monkeypa
     manual = os.path.dirname(tars["train"])
     base = ["prepare", "imagenet2012", f"--manual_dir={manual}", "--allow_subset", "--quiet"]
     base += ["--workers=1", f"--download_dir={tmp_path / 'dl'}"]
-    monkeypatch.setattr(imagenet, "write_shard", dies_on_validation)
+    monkeypatch.setattr(imagenet_writer, "write_shard", dies_on_validation)
     with pytest.raises(OSError, match="disk gone"):
         cli.main([*base, f"--data_dir={gcs.root}/a"])
-    monkeypatch.setattr(imagenet, "write_shard", WRITE_SHARD)
+    monkeypatch.setattr(imagenet_writer, "write_shard", WRITE_SHARD)
     assert cli.main([*base, f"--data_dir={gcs.root}/b"]) == 0
     source = images.imagenet_split("train", f"{gcs.root}/b")
     assert len(source) == 1002
