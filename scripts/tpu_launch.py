@@ -30,10 +30,11 @@ programs), --stop (SIGTERM: lbtrain checkpoints and exits), --delete. A second r
 one is live (--stop it first). Standard library only, Python >= 3.8: it runs on the machine you
 launch from; the workers get their own Python.
 
-The launcher's parts are the package next to this file, scripts/tpulaunch/: the command line (cli,
-flags), the accelerator types (accelerators), the slice (tpuvm, provision, status), the code and
-install (ship, and worker.sh, the helper every worker runs), the run (watch), the whole command
-(launcher) and what they share (common, base).
+The launcher's parts are the package experiments/backends/tpu/ (the TPU client, which the tpu
+executor of scripts/reproduce.py drives through this command line): the command line (cli, flags),
+the accelerator types (accelerators), the slice (tpuvm, provision, status), the code and install
+(ship, and worker.sh, the helper every worker runs), the run (watch), the whole command (launcher)
+and what they share (common, base).
 """
 
 from __future__ import annotations
@@ -41,11 +42,18 @@ from __future__ import annotations
 import signal
 import sys
 
-# scripts/, this file's folder, is sys.path[0] when it runs as a script: tpulaunch is found there
-from tpulaunch.cli import parse_args
-from tpulaunch.common import LIVE_RUN, Interrupted, LaunchError, raise_interrupted, signal_name
-from tpulaunch.launcher import Launcher
-from tpulaunch.ship import worker_script
+import checkout  # noqa: F401  beside this script: puts the repository on sys.path
+
+from experiments.backends.tpu.cli import parse_args
+from experiments.backends.tpu.common import (
+    LIVE_RUN,
+    Interrupted,
+    LaunchError,
+    raise_interrupted,
+    signal_name,
+)
+from experiments.backends.tpu.launcher import Launcher
+from experiments.backends.tpu.ship import worker_script
 
 
 def main(argv=None) -> int:

@@ -23,29 +23,24 @@ import logging
 import os
 import shutil
 import subprocess
-import sys
 import tempfile
 import threading
 import time
 
 from absl.flags import FLAGS
 
-from experiments import ROOT, runfiles
+from experiments import runfiles
+from experiments.backends.tpu.accelerators import accelerator
+from experiments.backends.tpu.common import SCRIPTS, LaunchError
 from experiments.sweep.executors.base import Context, Event, ExecutorError, Slot
 from lbtrain import rundir
-
-# the launcher and its accelerator table live in the checkout's scripts/ (not installed): this
-# executor drives them from there
-SCRIPTS = os.path.join(ROOT, "scripts")
-if SCRIPTS not in sys.path:
-    sys.path.append(SCRIPTS)
-from tpulaunch.accelerators import accelerator  # noqa: E402
-from tpulaunch.common import LaunchError  # noqa: E402
 
 NAME = "tpu"
 HELP = "tpu: a pool of Cloud TPU slices (--slices, --zone), one run on each at a time"
 SHOWS_COST = True  # billed: the plan's cost is printed before anything starts
 COUNTS_PREEMPTIONS = True  # --reset_preemptions applies
+# the TPU client's command line (experiments/backends/tpu/): each launch a process of its own, run
+# as a user runs it
 LAUNCHER = ("bash", os.path.join(SCRIPTS, "tpu_launch.sh"))
 # what a slice's state reads once the cloud has taken it back
 GONE = ("PREEMPTED", "TERMINATED", "STOPPING", "STOPPED", "SUSPENDED", "SUSPENDING")

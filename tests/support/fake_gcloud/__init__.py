@@ -1,6 +1,6 @@
 """A fake ``gcloud`` that plays a Cloud TPU VM slice on this machine, for the launcher's tests
-(tests/scripts/test_tpu_launch.py, test_tpu_status.py, tests/executors/test_tpu.py); its own tests
-are tests/scripts/test_fake_gcloud.py.
+(tests/backends/tpu/test_tpu_launch.py, test_tpu_status.py, tests/executors/test_tpu.py); its own
+tests are tests/backends/tpu/test_fake_gcloud.py.
 
 ``FakeSlice(folder)`` (slice.py) writes ``gcloud`` (and the ``curl`` a worker calls to install uv)
 as small wrappers that run cli.py, and keeps the slice's state in ``folder/state.json`` (state.py).

@@ -1,6 +1,6 @@
 """The Cloud TPU accelerator types this fake offers, written from Google's public pages and not from
-the launcher's table (scripts/tpulaunch/accelerators.py), so that a test can hold one against the
-other (tests/scripts/test_fake_gcloud.py).
+the launcher's table (experiments/backends/tpu/accelerators.py), so that a test can hold one
+against the other (tests/backends/tpu/test_fake_gcloud.py).
 
 What a type ``GEN-N`` is, per generation:
 

@@ -2,29 +2,20 @@
 (tests/support/fake_gcloud/): the accelerator table, ``--status --json`` (and ``slice_status``),
 install reuse across launches of one commit, the fake's preemption and ``gcloud auth list``."""
 
-import importlib
 import json
 import os
 import re
 import subprocess
-import sys
 
 import pytest
 from support.fake_gcloud import FakeSlice
 from test_tpu_launch import LAUNCH_ID, STUB, STUB_ARGS, launch, ok
 
 from experiments import ROOT
+from experiments.backends.tpu import accelerators, common
+from experiments.backends.tpu import status as tpu_status
 
-SCRIPTS = os.path.join(ROOT, "scripts")
 ZONE = "us-central2-b"
-
-
-def launcher_module(name: str):
-    """``scripts/tpulaunch/<name>.py``: the launcher finds its package on sys.path[0] (scripts/)
-    when it runs as a script; a test puts scripts/ there itself."""
-    if SCRIPTS not in sys.path:
-        sys.path.insert(0, SCRIPTS)
-    return importlib.import_module(f"tpulaunch.{name}")
 
 
 def git_commit(ref: str) -> str:
@@ -91,7 +82,7 @@ def tpu_vm(fs, *args) -> subprocess.CompletedProcess:
     ],
 )
 def test_accelerator_table_against_a_hand_count(name, chips, devices, hosts, image):
-    accel = launcher_module("accelerators").accelerator(name)
+    accel = accelerators.accelerator(name)
     assert (accel.chips, accel.devices, accel.hosts, accel.image) == (chips, devices, hosts, image)
     assert accel.type == name.lower()
     assert accel.chips_per_host * hosts == chips and accel.devices_per_host * hosts == devices
@@ -99,9 +90,8 @@ def test_accelerator_table_against_a_hand_count(name, chips, devices, hosts, ima
 
 @pytest.mark.parametrize("name", ["v9-8", "v5e-8", "v4", "tpu-v4-8", "v4-12", "v5litepod-12"])
 def test_a_bad_type_is_one_line_naming_it_and_the_families(name):
-    common = launcher_module("common")
     with pytest.raises(common.LaunchError) as e:
-        launcher_module("accelerators").accelerator(name)
+        accelerators.accelerator(name)
     message = str(e.value)
     assert "\n" not in message and repr(name) in message
     assert all(f in message for f in ("v2-N", "v3-N", "v4-N", "v5p-N", "v5litepod-N", "v6e-N"))
@@ -182,7 +172,7 @@ def test_status_of_an_absent_an_idle_a_busy_and_a_preempted_slice(fake, monkeypa
     # the same from the API, in this process
     monkeypatch.setenv("PATH", fake.env["PATH"])
     monkeypatch.setenv("FAKE_GCLOUD_STATE", fake.folder)
-    api = launcher_module("status").slice_status("lb", ZONE)
+    api = tpu_status.slice_status("lb", ZONE)
     assert {k: v for k, v in api.items() if k != "per_worker"} == {
         k: v for k, v in busy.items() if k != "per_worker"
     }

@@ -1,8 +1,9 @@
 """The fake gcloud's own tests (tests/support/fake_gcloud/): its accelerator facts against a hand
-count of Google's tables and against the launcher's table (scripts/tpulaunch/accelerators.py),
-then each part it plays, directly: the flags, nodes and their state file, queued resources,
-preemption, ssh / scp to the workers, ``auth list`` and the install (curl, uv). Most calls run in
-this process (``cli.main``); the ones that need the wrappers or signal handlers run them."""
+count of Google's tables and against the launcher's table
+(experiments/backends/tpu/accelerators.py), then each part it plays, directly: the flags, nodes and
+their state file, queued resources, preemption, ssh / scp to the workers, ``auth list`` and the
+install (curl, uv). Most calls run in this process (``cli.main``); the ones that need the wrappers
+or signal handlers run them."""
 
 import json
 import os
@@ -17,8 +18,9 @@ from support.fake_gcloud.connect import workers_of
 from support.fake_gcloud.errors import Usage
 from support.fake_gcloud.flags import BOOL_FLAGS, VALUE_FLAGS, parse
 from support.fake_gcloud.state import STATE_VARIABLE
-from tpulaunch.accelerators import accelerator
-from tpulaunch.common import LaunchError
+
+from experiments.backends.tpu.accelerators import accelerator
+from experiments.backends.tpu.common import LaunchError
 
 ZONE = "us-central2-b"
 

@@ -11,10 +11,10 @@ import signal
 import subprocess
 import time
 
-from checkout import ROOT  # the checkout that `git archive` copies to the workers
+from experiments import ROOT  # the checkout that `git archive` copies to the workers
 
 SCRIPTS = os.path.join(ROOT, "scripts")
-ENTRY = os.path.join(SCRIPTS, "tpu_launch.py")  # the launcher's command line
+ENTRY = os.path.join(SCRIPTS, "tpu_launch.py")  # the launcher's command line (where users find it)
 PROG = "tpu_launch"
 
 # Exit codes of the worker helper that the launcher tells apart.

@@ -174,13 +174,54 @@ def test_help_describes_the_flags():
     assert "exec python3" not in proc.stdout and "import " not in proc.stdout
 
 
+# the launcher's files: its command line, the packages above its client, the client
+LAUNCHER_FILES = [
+    os.path.join(ROOT, "scripts", "tpu_launch.py"),
+    os.path.join(ROOT, "scripts", "checkout.py"),
+    os.path.join(ROOT, "experiments", "__init__.py"),
+    os.path.join(ROOT, "experiments", "backends", "__init__.py"),
+    *sorted(glob.glob(os.path.join(ROOT, "experiments", "backends", "tpu", "*.py"))),
+]
+
+
 def test_the_launcher_runs_on_python_3_8():
-    paths = [os.path.join(ROOT, "scripts", "tpu_launch.py")]
-    paths += sorted(glob.glob(os.path.join(ROOT, "scripts", "tpulaunch", "*.py")))
-    assert len(paths) > 2
-    for path in paths:
+    assert len(LAUNCHER_FILES) > 6
+    for path in LAUNCHER_FILES:
         with open(path) as f:
             ast.parse(f.read(), feature_version=(3, 8))
+
+
+def test_the_launcher_imports_the_standard_library_alone(tmp_path):
+    """Every import of the launcher's files is the standard library's or the launcher's own, and
+    it runs on a Python without site-packages (``-S``): what a laptop without lbtrain has."""
+    own = ("checkout", "experiments", "__future__")
+    for path in LAUNCHER_FILES:
+        with open(path) as f:
+            tree = ast.parse(f.read())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and not node.level:
+                names = [node.module]
+            else:
+                continue
+            for name in names:
+                top = name.split(".")[0]
+                assert top in sys.stdlib_module_names or top in own, (path, name)
+                if top == "experiments":  # the package's face and the client, nothing above
+                    assert name in ("experiments", "experiments.backends.tpu") or name.startswith(
+                        "experiments.backends.tpu."
+                    ), (path, name)
+    proc = subprocess.run(
+        [sys.executable, "-S", "-E", "-s", os.path.join(ROOT, "scripts", "tpu_launch.py"), "-h"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=60,
+    )
+    assert proc.returncode == 0 and proc.stdout.startswith("usage: scripts/tpu_launch.sh"), (
+        proc.stderr
+    )
 
 
 @pytest.mark.parametrize(

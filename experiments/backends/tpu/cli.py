@@ -1,5 +1,5 @@
-"""The launcher's command line: its flags (tpulaunch.flags), the options that must go together,
-and the runtime image chosen from --accelerator (tpulaunch.accelerators)."""
+"""The launcher's command line: its flags (flags.py), the options that must go together, and the
+runtime image chosen from --accelerator (accelerators.py)."""
 
 from __future__ import annotations
 

@@ -112,7 +112,7 @@ def test_a_control_character_in_any_value_is_refused_in_one_line(flags, lbtrain,
 
 
 def test_a_dry_runs_messages_are_comments_line_by_line():
-    from tpulaunch.base import comment
+    from experiments.backends.tpu.base import comment
 
     assert comment("one\ntwo") == "# one\n# two"
     assert comment("") == "# "

@@ -15,4 +15,10 @@
 
 Launcher (launcher.py) is one class made of these parts: Provision and Status (on TpuVm), Ship and
 Watch, each on Base.
+
+Its command line stays scripts/tpu_launch.py (and tpu_launch.sh), which puts the repository on
+``sys.path`` (scripts/checkout.py) and imports this package; the ``tpu`` executor
+(experiments/sweep/executors/tpu.py) runs that command line and reads the accelerator table. The
+launcher runs on the machine one launches from: every module here imports the standard library
+alone (and ``experiments.ROOT``), with Python >= 3.8.
 """
