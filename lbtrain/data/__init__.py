@@ -39,7 +39,7 @@ from lbtrain.data.lm import LanguageModelData
 from lbtrain.data.lm import prepare as lm_prepare
 from lbtrain.data.lm.streams import StreamBatches, eval_windows
 from lbtrain.data.mnist import prepare as mnist_prepare
-from lbtrain.data.prepare import Spec
+from lbtrain.data.prepare.shape import Spec
 from lbtrain.data.translation import TranslationData
 from lbtrain.data.translation import prepare as translation_prepare
 from lbtrain.errors import DataError

@@ -10,8 +10,8 @@ DEFAULT_DIR = "the default data root ($TFDS_DATA_DIR, else ~/tensorflow_datasets
 
 def open_split(name: str, split: str, data_dir: str | None, instead: str, prepare: str):
     """``tfds.data_source(name, split)`` from ``data_dir``; never downloads. ``prepare`` says how to
-    build the data (the family's ``lbtrain-data prepare`` command,
-    :func:`lbtrain.data.prepare.command_hint`), ``instead`` the offline alternative."""
+    build the data (the family's ``lbtrain-data prepare`` command, its ``Spec.command_hint``),
+    ``instead`` the offline alternative."""
     import tensorflow_datasets as tfds
 
     from lbtrain import rundir

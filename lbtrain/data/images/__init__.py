@@ -29,7 +29,7 @@ from lbtrain.data.base import Dataset
 from lbtrain.data.batching import ArraySource, ClassificationData
 from lbtrain.data.images import jpeg
 from lbtrain.data.images.loader import ImageBatches, RecordSource, eval_batches, resolve_workers
-from lbtrain.data.prepare import command_hint
+from lbtrain.data.images.prepare import SPEC
 from lbtrain.data.splits import stratified_split
 from lbtrain.data.tfds_split import open_split
 from lbtrain.errors import DataError
@@ -198,7 +198,7 @@ def digits(test_size: int = 300, split_seed: int = 0) -> tuple[ArraySource, Arra
 def imagenet_split(split: str, data_dir: str | None):
     """The prepared TFDS ``imagenet2012`` split ``split`` in ``data_dir``, for random access, or a
     one-line error that says how to prepare it."""
-    prepare = command_hint("imagenet2012", data_dir or "")
+    prepare = SPEC.command_hint(data_dir or "")
     source = open_split("imagenet2012", split, data_dir, "use source=digits", prepare)
     if hasattr(source, "decoders"):  # TFDS's data source (not a test's stand-in)
         import tensorflow_datasets as tfds

@@ -29,9 +29,9 @@ import numpy as np
 
 from lbtrain import registry, rundir
 from lbtrain.data.base import Dataset
+from lbtrain.data.lm.prepare import SPEC
 from lbtrain.data.lm.streams import StreamBatches, eval_windows
 from lbtrain.data.lm.text import Vocab, tokenize
-from lbtrain.data.prepare import command
 from lbtrain.data.prepare.target import join, resolve_root
 from lbtrain.data.splits import chapter_split
 from lbtrain.errors import DataError
@@ -44,7 +44,7 @@ PTB_FOLDER = "ptb"  # under the data root
 
 
 def _prepare_hint(directory: str) -> str:
-    return f"run `{command('ptb', directory)}`"
+    return SPEC.command_hint(directory)
 
 
 @dataclasses.dataclass

@@ -16,7 +16,7 @@ import numpy as np
 from lbtrain import registry
 from lbtrain.data.base import Dataset
 from lbtrain.data.batching import ArraySource, ClassificationData
-from lbtrain.data.prepare import command_hint
+from lbtrain.data.mnist.prepare import SPEC
 from lbtrain.data.splits import stratified_split
 from lbtrain.data.tfds_split import open_split
 from lbtrain.errors import DataError
@@ -56,7 +56,7 @@ class TfdsSource:
             split,
             data_dir,
             instead="set data.source=embedded",
-            prepare=command_hint(name, data_dir or ""),
+            prepare=SPEC.command_hint(data_dir or ""),
         )
 
     def __len__(self) -> int:

@@ -15,7 +15,8 @@ they share: :mod:`~lbtrain.data.prepare.shape` (the ``Spec``, the options, the s
 steps), :mod:`~lbtrain.data.prepare.sources` (URLs, recorded sizes and digests, official counts),
 :mod:`~lbtrain.data.prepare.download`, :mod:`~lbtrain.data.prepare.target` (the data root, locks,
 staging, publishing), :mod:`~lbtrain.data.prepare.builders` (TFDS's own builders fed from checked
-files) and :mod:`~lbtrain.data.prepare.cli`. It imports no family: the families import it.
+files) and :mod:`~lbtrain.data.prepare.cli`. The families import those modules, never this face,
+which reads ``SPECS`` only when asked (:func:`specs`).
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ __all__ = [
 
 def specs() -> dict[str, Spec]:
     """``lbtrain.data.SPECS``: name -> :class:`Spec` of every dataset ``lbtrain-data`` prepares."""
-    from lbtrain.data import SPECS  # read when asked: the families import this package
+    from lbtrain.data import SPECS  # read when asked: the families import this package's modules
 
     return SPECS
 
@@ -56,26 +57,14 @@ def spec(name: str) -> Spec:
     return known[name]
 
 
-def _manual_dir(name: str) -> str:
-    """What ``--manual_dir`` must hold for ``name`` ("": nothing, or an unknown name)."""
-    known = specs().get(name)
-    return known.manual_dir if known else ""
-
-
 def command(name: str, data_dir: str = "") -> str:
     """The command that prepares ``name`` into ``data_dir`` (for error messages)."""
-    where = f" --data_dir={data_dir}" if data_dir else ""
-    manual = " --manual_dir=DIR" if _manual_dir(name) else ""
-    return f"lbtrain-data prepare {name}{where}{manual}"
+    return spec(name).command(data_dir)
 
 
 def command_hint(name: str, data_dir: str = "") -> str:
     """``run `<command>` `` plus what its placeholders mean."""
-    hint = f"run `{command(name, data_dir)}`"
-    manual = _manual_dir(name)
-    if manual:
-        hint += f" (DIR: {manual})"
-    return hint
+    return spec(name).command_hint(data_dir)
 
 
 def is_prepared(name: str, root: str) -> bool:

@@ -85,6 +85,19 @@ class Spec:
     # a module whose import registers the TFDS builder tfds_name names (a legacy builder)
     tfds_module: str = ""
 
+    def command(self, data_dir: str = "") -> str:
+        """The command that prepares this dataset into ``data_dir`` (for error messages)."""
+        where = f" --data_dir={data_dir}" if data_dir else ""
+        manual = " --manual_dir=DIR" if self.manual_dir else ""
+        return f"lbtrain-data prepare {self.name}{where}{manual}"
+
+    def command_hint(self, data_dir: str = "") -> str:
+        """``run `<command>` `` plus what its placeholders mean."""
+        hint = f"run `{self.command(data_dir)}`"
+        if self.manual_dir:
+            hint += f" (DIR: {self.manual_dir})"
+        return hint
+
 
 def _fail_archive(path: str, e: BaseException) -> DataError:
     os.remove(path)

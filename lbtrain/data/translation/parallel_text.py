@@ -28,9 +28,9 @@ import os
 import numpy as np
 
 from lbtrain import registry
-from lbtrain.data.prepare import command_hint
 from lbtrain.data.splits import SPLITS, chapter_split
 from lbtrain.data.tfds_split import open_split
+from lbtrain.data.translation.prepare import SPEC
 from lbtrain.errors import DataError
 
 # bible.db version codes: public-domain texts only
@@ -175,7 +175,7 @@ def _open_wmt16(source_lang: str, target_lang: str, dir: str, split: str):
     import tensorflow_datasets.translate  # noqa: F401  registers the legacy wmt16 builder
 
     _check_langs("wmt16", source_lang, target_lang, ("en", "de"))
-    prepare = command_hint("wmt16", dir or "")
+    prepare = SPEC.command_hint(dir or "")
     return open_split("wmt16_translate/de-en", split, dir, "use corpus=bible", prepare)
 
 
