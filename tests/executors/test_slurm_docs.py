@@ -14,6 +14,7 @@ from absl import flags
 from support.flag_values import Into
 
 from experiments import ROOT, catalog
+from experiments.backends.slurm import sbatch
 from experiments.sweep import scheduler
 from experiments.sweep.executors import slurm as slurm_exec
 from experiments.sweep.executors.base import Context
@@ -95,7 +96,7 @@ def test_every_flag_of_the_slurm_executor_is_on_the_page():
     missing = [h.name for h in holders if f"`--{h.name}" not in text]
     assert not missing, f"docs/slurm.md does not describe {missing}"
     # and it lists the sbatch options that --sbatch may not set
-    missing = [o for o in slurm_exec.OWNED if f"`{o}`" not in text]
+    missing = [o for o in sbatch.OWNED if f"`{o}`" not in text]
     assert not missing, f"docs/slurm.md does not name {missing} among the refused sbatch options"
 
 

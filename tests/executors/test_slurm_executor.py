@@ -1,9 +1,10 @@
 """The ``slurm`` executor (experiments/sweep/executors/slurm.py) on a real one-node SLURM cluster:
-the sbatch options of each job shape, a run's job from submission to its end with its log in the
-workdir, count-only GPUs, a requeue counted, a time limit answered by a checkpoint and a bounded
-self-requeue, adoption from squeue, stopping, bad input refused in one line with nothing
+the batch script of a multi-node run, the flags, a run's job from submission to its end with its
+log in the workdir, count-only GPUs, a requeue counted, a time limit answered by a checkpoint and a
+bounded self-requeue, adoption from squeue, stopping, bad input refused in one line with nothing
 submitted, and one lbtrain run as two processes under srun. Runs are a small fake program (a
-Python file) unless lbtrain itself is the point; every wait is bounded."""
+Python file) unless lbtrain itself is the point; every wait is bounded. The job shapes and sbatch's
+rules alone: tests/backends/slurm/test_slurm_sbatch.py."""
 
 import json
 import math
@@ -21,6 +22,7 @@ from support import slurm_cluster
 from support.flag_values import Into
 
 from experiments import ROOT
+from experiments.backends.slurm import sbatch
 from experiments.common import Run
 from experiments.sweep.executors import slurm as slurm_exec
 from experiments.sweep.executors.base import Context, ExecutorError
@@ -133,31 +135,6 @@ def text(path: Path) -> str:
 # ---------------------------------------------------------------------- no cluster needed
 
 
-def test_job_shapes_on_gpu_and_cpu_nodes():
-    assert slurm_exec.shape(1, 4).options() == [
-        "--nodes=1",
-        "--ntasks=1",
-        "--ntasks-per-node=1",
-        "--gpus-per-node=1",
-    ]
-    assert slurm_exec.shape(2, 4).options() == [
-        "--nodes=1",
-        "--ntasks=2",
-        "--ntasks-per-node=2",
-        "--gpus-per-node=2",
-    ]
-    # 8 GPUs on 4-GPU nodes: 2 nodes, one process per GPU
-    assert slurm_exec.shape(8, 4).options() == [
-        "--nodes=2",
-        "--ntasks=8",
-        "--ntasks-per-node=4",
-        "--gpus-per-node=4",
-    ]
-    with pytest.raises(ExecutorError, match="6 GPUs do not fill whole nodes of 4"):
-        slurm_exec.shape(6, 4)
-    assert slurm_exec.shape(3, 0).options() == ["--ntasks=3"]  # CPU nodes: one CPU device per task
-
-
 def test_the_batch_script_of_a_multi_node_run(tmp_path):
     ex = slurm_exec.SlurmExecutor(
         str(tmp_path / "my runs"),
@@ -179,7 +156,7 @@ def test_the_batch_script_of_a_multi_node_run(tmp_path):
         "sbatch",
         "--parsable",
         "--job-name=lbtrain:b512",
-        f"--comment=lbtrain key={ex.run_key('b512')} run=b512",
+        f"--comment=lbtrain key={sbatch.run_key(ex.runs_dir, 'b512')} run=b512",
         f"--chdir={ROOT}",
         "--export=ALL",
         "--requeue",
@@ -203,7 +180,7 @@ def test_the_batch_script_of_a_multi_node_run(tmp_path):
     assert lines[3 : 3 + len(argv) - 1] == [f"#   {shlex.quote(word)}" for word in argv[1:]]
     assert len(lines) == len(argv) + 3 and not any(line.startswith("#SBATCH") for line in lines)
     exec_line = lines[-1]
-    assert exec_line.startswith(f"exec {sys.executable} -m experiments.sweep.executors.slurm_job ")
+    assert exec_line.startswith(f"exec {sys.executable} -m experiments.backends.slurm.entry ")
     assert "--srun" in exec_line and "--max_requeues=10" in exec_line
     assert exec_line.endswith(
         f"-m lbtrain.main --config=c.py:batch=512 '--workdir={workdir}' "
@@ -242,8 +219,6 @@ def test_the_batch_script_of_a_multi_node_run(tmp_path):
 def test_bad_flag_values_are_one_line(tmp_path, options, error):
     with pytest.raises(ExecutorError, match=error.replace("(", r"\(").replace(")", r"\)")):
         slurm_exec.SlurmExecutor(str(tmp_path), env={}, **options)
-    assert slurm_exec.parse_time("90") == 5400 and slurm_exec.parse_time("1-02:03:04") == 93784
-    assert slurm_exec.parse_time("2:00:00") == 7200 and slurm_exec.parse_time("UNLIMITED") is None
 
 
 def test_flags_build_the_executor(tmp_path):
@@ -301,7 +276,7 @@ def test_a_run_is_submitted_followed_to_its_end_and_logs_to_its_workdir(slurm, t
     assert (workdir / "sbatch.sh").read_text().startswith("#!/bin/bash\n")
     shown = slurm.run(["scontrol", "--oneliner", "show", "job", job.job_id]).stdout
     assert "JobName=lbtrain:first " in shown
-    assert f"Comment=lbtrain key={ex.run_key('first')} run=first " in shown
+    assert f"Comment=lbtrain key={sbatch.run_key(ex.runs_dir, 'first')} run=first " in shown
     assert ex.slot_records() == {}
     assert ex.close(interrupted=False) == []
 
@@ -325,7 +300,7 @@ def test_sbatch_and_squeue_variables_of_the_environment_change_nothing(slurm, tm
     ex = executor(slurm, tmp_path, fake, env=env, partition="debug")
     job, workdir = start(ex, "first", NEVER)
     wait_for(lambda: (workdir / "env.0.json").exists(), 30, "the job's start")
-    assert job.poll() is None and ex.rows(fresh=True)[job.job_id].state == "RUNNING"
+    assert job.poll() is None and ex.cluster.rows(fresh=True)[job.job_id].state == "RUNNING"
     (workdir / "release").touch()
     code, _ = follow(job, 30)
     assert code == 0 and (workdir / "results.json").exists()
@@ -333,7 +308,7 @@ def test_sbatch_and_squeue_variables_of_the_environment_change_nothing(slurm, tm
     lines = (workdir / "sbatch.sh").read_text().splitlines()
     argv = [shlex.split(line[4:])[0] for line in lines if line.startswith("#   ")]
     assert "--output=" + str(workdir / "stdout.log") in argv
-    kept = slurm_exec.sbatch_env({"SBATCH_ACCOUNT": "lab", "SBATCH_OUTPUT": "x"}, argv)
+    kept = sbatch.sbatch_env({"SBATCH_ACCOUNT": "lab", "SBATCH_OUTPUT": "x"}, argv)
     assert kept == {"SBATCH_ACCOUNT": "lab"}  # an option the script leaves out keeps its default
 
 
@@ -411,7 +386,7 @@ def test_a_restarted_scheduler_adopts_the_sweeps_live_jobs(slurm, tmp_path, fake
     stray, _ = start(first, "gone_from_plan", NEVER, slot=3)
     elsewhere = executor(slurm, tmp_path, fake, runs="other_sweep")
     start(elsewhere, "kept", NEVER)
-    assert set(first.rows(fresh=True)) == {
+    assert set(first.cluster.rows(fresh=True)) == {
         job.job_id,
         stray.job_id,
     }  # the other sweep's job is not ours
@@ -472,8 +447,8 @@ def test_stop_cancels_when_asked_and_otherwise_leaves_the_jobs_to_slurm(slurm, t
 
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="two tasks need two CPUs")
 def test_a_stop_reaches_every_process_of_an_srun_step(slurm, tmp_path, fake):
-    # slurm_job passes the stop on with scancel --signal=TERM (the step's tasks), not to srun,
-    # which would kill its tasks at once
+    # the job's program passes the stop on with scancel --signal=TERM (the step's tasks), not to
+    # srun, which would kill its tasks at once
     ex = executor(slurm, tmp_path, fake, chips=2, cancel_on_interrupt=True)
     job, workdir = start(ex, "pair", NEVER)
     wait_for(lambda: all((workdir / f"env.{i}.json").exists() for i in range(2)), 30, "2 tasks")
@@ -506,7 +481,7 @@ def test_a_gs_workdir_gets_the_jobs_log_from_the_shared_folder(slurm, tmp_path, 
     assert "fake: restart 0 process 0\nfake: finished\n" in log
     assert rundir.read_bytes(f"{workdir}/sbatch.sh").decode().startswith("#!/bin/bash\n")
     # the job's output stays in the shared folder, copied up to the offset kept beside it
-    local = logs / f"remote.{ex.key()}.{job.job_id}.log"
+    local = logs / f"remote.{sbatch.sweep_tag(ex.runs_dir)}.{job.job_id}.log"
     assert int(Path(f"{local}.copied").read_text()) == local.stat().st_size
     assert local.read_text().startswith(log)
 

@@ -6,12 +6,13 @@ jobs), follows them, stops them and adopts the ones an earlier scheduler left li
 writes the runs' records and ``<runs_dir>/sweep.json``: an executor only *reports* what it saw
 (:class:`Event`: a relaunch after a preemption, a SLURM requeue) and the scheduler records it.
 
-A module under ``experiments/sweep/executors/`` is one executor: it defines ``NAME``, ``HELP``
-(one line for ``--executor``'s help), ``define_flags(flags)`` (its own absl flags, defined once by
-``scripts/reproduce.py``), ``from_flags(context)`` (the executor the flags describe, or
-:class:`ExecutorError`), and ``chips(context)`` (the JAX devices a run uses, for the estimate:
-an int, a function of the run's global batch, or None when not known). Registering it is one entry
-in :data:`experiments.sweep.executors.REGISTRY`.
+A module under ``experiments/sweep/executors/`` is one executor (``slurm_flags`` is the ``slurm``
+executor's flags, beside it), a lifecycle over its backend's client (:mod:`experiments.backends`):
+it defines ``NAME``, ``HELP`` (one line for ``--executor``'s help), ``define_flags(flags)`` (its own
+absl flags, defined once by ``scripts/reproduce.py``), ``from_flags(context)`` (the executor the
+flags describe, or :class:`ExecutorError`), and ``chips(context)`` (the JAX devices a run uses, for
+the estimate: an int, a function of the run's global batch, or None when not known). Registering it
+is one entry in :data:`experiments.sweep.executors.REGISTRY`.
 """
 
 from __future__ import annotations

@@ -3,15 +3,15 @@ module, which starts the run's program (through ``srun`` when the run has severa
 forwards the signals that ask it to stop, and requeues its own job when the time limit stopped a
 run that has no result yet.
 
-    python -m experiments.sweep.executors.slurm_job --workdir=W [--srun] [--max_requeues=N]
+    python -m experiments.backends.slurm.entry --workdir=W [--srun] [--max_requeues=N]
         [--log=FILE] -- PROGRAM ARGS...
 
 - ``SIGUSR1`` (``sbatch --signal=B:USR1@<margin>``: the time limit is near; only the batch step's
   main process, this one, gets it): SIGTERM is forwarded to the run's processes (lbtrain saves a
-  checkpoint and exits 0 without ``results.json``). Once they have exited, a workdir without an
-  outcome (:func:`experiments.runfiles.outcome`) is requeued with ``scontrol requeue
-  $SLURM_JOB_ID`` while ``$SLURM_RESTART_COUNT`` is below ``--max_requeues``; the next attempt
-  resumes from the checkpoint.
+  checkpoint and exits 0 without ``results.json``). Once they have exited, a workdir without a
+  result (:func:`~experiments.backends.slurm.workdir.has_result`) is requeued with ``scontrol
+  requeue $SLURM_JOB_ID`` while ``$SLURM_RESTART_COUNT`` is below ``--max_requeues``; the next
+  attempt resumes from the checkpoint.
 - ``SIGTERM`` (SLURM's ``scancel``, ``scontrol requeue``, a preemption, the executor's stop): it is
   forwarded too, and the job is not requeued here (SLURM requeues it, or it was cancelled).
 
@@ -37,7 +37,7 @@ import subprocess
 import sys
 import time
 
-PREFIX = "slurm_job:"
+PREFIX = "slurm_job:"  # how its lines in the run's log begin
 
 
 class _Signals:
@@ -60,7 +60,7 @@ def say(text: str) -> None:
 
 
 def parse(argv: list[str]) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m experiments.sweep.executors.slurm_job")
+    p = argparse.ArgumentParser(prog="python -m experiments.backends.slurm.entry")
     p.add_argument("--workdir", required=True, help="the run's workdir (local or gs://)")
     p.add_argument("--srun", action="store_true", help="start the program through srun")
     p.add_argument("--max_requeues", type=int, default=0, help="bound on SLURM_RESTART_COUNT")
@@ -141,7 +141,7 @@ class _Attempt:
 
 def _copy_log(log: str, workdir: str) -> None:
     """What ``log`` gained since the last copy, appended to the workdir's ``stdout.log``."""
-    from experiments import runfiles
+    from experiments.backends.slurm.workdir import append_log
 
     mark = log + ".copied"
     try:
@@ -157,7 +157,7 @@ def _copy_log(log: str, workdir: str) -> None:
         say(f"cannot read the job's log {log}: {e}")
         return
     if new:
-        runfiles.append_log(workdir, new)
+        append_log(workdir, new)
     with open(mark, "w") as f:
         f.write(str(offset + len(new)))
 
@@ -174,7 +174,7 @@ def main(argv: list[str] | None = None) -> int:
     signals = _Signals()
     args = parse(sys.argv[1:] if argv is None else argv)
 
-    from experiments import runfiles
+    from experiments.backends.slurm.workdir import has_result
 
     job_id = os.environ.get("SLURM_JOB_ID", "")
     restarts = int(os.environ.get("SLURM_RESTART_COUNT", "0") or 0)
@@ -187,7 +187,7 @@ def main(argv: list[str] | None = None) -> int:
         f"process(es) at {time.strftime('%Y-%m-%d %H:%M:%S')}"
     )
     code, requeue = 0, False
-    if runfiles.outcome(args.workdir) is not None:
+    if has_result(args.workdir):
         say(f"{args.workdir} already has its result: nothing to run")
     elif signals.term:
         say("SIGTERM before the run started: not started")
@@ -197,7 +197,7 @@ def main(argv: list[str] | None = None) -> int:
         say(f"started: {shlex.join(attempt.command)}")
         code = attempt.wait()
         say(f"the run exited with {code}")
-        if signals.usr1 and not signals.term and runfiles.outcome(args.workdir) is None:
+        if signals.usr1 and not signals.term and not has_result(args.workdir):
             if restarts < args.max_requeues:
                 say(
                     f"no result yet: requeueing job {job_id} (requeue {restarts + 1} of at most "
