@@ -2,9 +2,12 @@
 launcher, whose command line is ``scripts/tpu_launch.py``) and ``slurm`` (sbatch, the cluster's
 queue, a job's handle and the program each job runs).
 
-A client knows its backend and nothing of the sweep: it imports nothing of
-:mod:`experiments.sweep`, :mod:`experiments.report` or the plans. The executors
-(:mod:`experiments.sweep.executors`) import them, never the other way round.
+A client knows its backend and nothing of the sweep: it imports nothing of the experiments
+(:mod:`experiments.sweep`, :mod:`experiments.report`, the plans, :mod:`experiments.runfiles`) but
+the package's face, ``experiments.ROOT``; below it, :mod:`lbtrain` where it needs it. The executors
+(:mod:`experiments.sweep.executors`) import the clients, never the other way round: a client's
+error is its own (``LaunchError``, ``SlurmError``), which its executor passes on as
+``ExecutorError``.
 
 This file and ``tpu/`` import the standard library alone: the TPU launcher runs on the machine one
 launches from, with any Python >= 3.8 and no package installed.
