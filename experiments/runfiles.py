@@ -21,13 +21,13 @@ import enum
 import json
 
 from experiments import tuning
+from experiments.backends.workdir import FAILURE, LOG_NAME, RESULTS
 from experiments.common import Experiment, Plan, Run
 from lbtrain import errors, rundir
 
 # what publishing copies, in this order; results.json or failure.json last, so a published folder
 # with either one holds the rest
-RUN_FILES = ("config.json", "metrics.jsonl", "provenance.json", "results.json", "failure.json")
-LOG_NAME = "stdout.log"  # the run's (process 0's) output, beside its files
+RUN_FILES = ("config.json", "metrics.jsonl", "provenance.json", RESULTS, FAILURE)
 ERROR_PREFIX = "lbtrain: error: "  # how lbtrain starts the one line of an error a user can fix
 
 
@@ -41,19 +41,12 @@ def join(root: str, *parts: str) -> str:
     return str(rundir.path(root).joinpath(*parts))
 
 
-def append_log(run_dir: str, data: bytes) -> None:
-    """``data`` added at the end of the run's ``stdout.log`` (local or ``gs://``, where an object
-    is rewritten whole): how every executor keeps a run's output beside its files."""
-    target = join(run_dir, LOG_NAME)
-    rundir.write_bytes(target, (rundir.read_bytes(target) or b"") + data)
-
-
 def outcome(run_dir: str) -> Outcome | None:
     """What the run in ``run_dir`` came to: finished, failed (diverged), or None (not yet)."""
     p = rundir.path(run_dir)
-    if (p / "results.json").exists():
+    if (p / RESULTS).exists():
         return Outcome.FINISHED
-    if (p / "failure.json").exists():
+    if (p / FAILURE).exists():
         return Outcome.FAILED
     return None
 

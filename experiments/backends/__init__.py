@@ -1,6 +1,7 @@
 """The clients the executors drive, one per backend, side by side: ``tpu`` (the Cloud TPU
 launcher, whose command line is ``scripts/tpu_launch.py``) and ``slurm`` (sbatch, the cluster's
-queue, a job's handle and the program each job runs).
+queue, a job's handle and the program each job runs); ``workdir`` (the files of a run's workdir
+that every backend's job writes or reads: its log, its result).
 
 A client knows its backend and nothing of the sweep: it imports nothing of the experiments
 (:mod:`experiments.sweep`, :mod:`experiments.report`, the plans, :mod:`experiments.runfiles`) but

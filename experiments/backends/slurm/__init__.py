@@ -5,7 +5,6 @@
     cluster.py  asking the cluster: whether it answers, a partition's MaxTime and nodes, the
                 sweep's jobs in one ``squeue`` read, a job's exit status, submitting a job
     job.py      the handle of one job: its end and exit status, what SLURM did to it, a stop
-    workdir.py  the files of a run's workdir the job reads and writes (its log, its result)
     entry.py    what runs inside each job: the program each batch script ``exec``s
 
 Importing this package imports nothing (``entry`` installs its signal handlers first thing).

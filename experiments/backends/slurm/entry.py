@@ -9,7 +9,7 @@ run that has no result yet.
 - ``SIGUSR1`` (``sbatch --signal=B:USR1@<margin>``: the time limit is near; only the batch step's
   main process, this one, gets it): SIGTERM is forwarded to the run's processes (lbtrain saves a
   checkpoint and exits 0 without ``results.json``). Once they have exited, a workdir without a
-  result (:func:`~experiments.backends.slurm.workdir.has_result`) is requeued with ``scontrol
+  result (:func:`~experiments.backends.workdir.has_result`) is requeued with ``scontrol
   requeue $SLURM_JOB_ID`` while ``$SLURM_RESTART_COUNT`` is below ``--max_requeues``; the next
   attempt resumes from the checkpoint.
 - ``SIGTERM`` (SLURM's ``scancel``, ``scontrol requeue``, a preemption, the executor's stop): it is
@@ -141,7 +141,7 @@ class _Attempt:
 
 def _copy_log(log: str, workdir: str) -> None:
     """What ``log`` gained since the last copy, appended to the workdir's ``stdout.log``."""
-    from experiments.backends.slurm.workdir import append_log
+    from experiments.backends.workdir import append_log
 
     mark = log + ".copied"
     try:
@@ -174,7 +174,7 @@ def main(argv: list[str] | None = None) -> int:
     signals = _Signals()
     args = parse(sys.argv[1:] if argv is None else argv)
 
-    from experiments.backends.slurm.workdir import has_result
+    from experiments.backends.workdir import has_result
 
     job_id = os.environ.get("SLURM_JOB_ID", "")
     restarts = int(os.environ.get("SLURM_RESTART_COUNT", "0") or 0)

@@ -8,7 +8,7 @@ import dataclasses
 import time
 
 from experiments.backends.slurm.cluster import FINAL, STUCK, Cluster, Row
-from experiments.backends.slurm.workdir import has_result
+from experiments.backends.workdir import has_result
 
 
 @dataclasses.dataclass(frozen=True)

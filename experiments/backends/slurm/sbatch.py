@@ -44,7 +44,7 @@ import unicodedata
 from collections.abc import Sequence
 
 from experiments.backends.slurm import SlurmError
-from experiments.backends.slurm.workdir import LOG_NAME
+from experiments.backends.workdir import LOG_NAME
 from lbtrain import rundir
 
 SCRIPT_NAME = "sbatch.sh"  # the batch script a run's job was submitted with, in its workdir

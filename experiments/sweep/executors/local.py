@@ -26,7 +26,8 @@ import tempfile
 
 from absl.flags import FLAGS
 
-from experiments import ROOT, runfiles
+from experiments import ROOT
+from experiments.backends import workdir as workdir_files
 from experiments.sweep.executors.base import Context, Event, ExecutorError, Slot
 from experiments.sweep.state import SweepState
 from lbtrain import rundir
@@ -73,7 +74,7 @@ class _Process:
             self.log_path = tempfile.mkstemp(prefix="lbtrain-", suffix=".log")[1]
         else:
             os.makedirs(workdir, exist_ok=True)
-            self.log_path = os.path.join(workdir, runfiles.LOG_NAME)
+            self.log_path = os.path.join(workdir, workdir_files.LOG_NAME)
         with open(self.log_path, "a") as log:
             self.proc = subprocess.Popen(
                 argv,
@@ -92,7 +93,7 @@ class _Process:
         code = self.proc.poll()
         if code is not None and rundir.is_cloud(self.workdir) and self.log_path:
             with open(self.log_path, "rb") as f:
-                runfiles.append_log(self.workdir, f.read())
+                workdir_files.append_log(self.workdir, f.read())
             os.remove(self.log_path)
             self.log_path = ""
         return code

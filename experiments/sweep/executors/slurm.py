@@ -29,6 +29,7 @@ import time
 from collections.abc import Callable, Sequence
 
 from experiments import ROOT, runfiles
+from experiments.backends import workdir as workdir_files
 from experiments.backends.slurm import SlurmError
 from experiments.backends.slurm.cluster import FINAL, Cluster, Partition
 from experiments.backends.slurm.job import SlurmJob
@@ -281,7 +282,7 @@ class SlurmExecutor:
         try:
             argv, script, output = self.submission(run, args, workdir)
         except ExecutorError as e:
-            runfiles.append_log(workdir, f"{e}\n".encode())
+            workdir_files.append_log(workdir, f"{e}\n".encode())
             return _Refused(str(e))
         os.makedirs(os.path.dirname(output), exist_ok=True)
         rundir.write_bytes(runfiles.join(workdir, SCRIPT_NAME), script.encode())
@@ -290,7 +291,7 @@ class SlurmExecutor:
             job_id = self.cluster.submit(argv, script)
         except SlurmError as e:
             line = f"sbatch refused the job of run {run.name}: {e}\n"
-            runfiles.append_log(workdir, line.encode())
+            workdir_files.append_log(workdir, line.encode())
             return _Refused(str(e))
         sh = self.shape(run)
         launch = {"partition": self.partition, "nodes": sh.nodes, "tasks": sh.tasks}

@@ -29,7 +29,7 @@ import time
 
 from absl.flags import FLAGS
 
-from experiments import runfiles
+from experiments.backends import workdir as workdir_files
 from experiments.backends.tpu.accelerators import accelerator
 from experiments.backends.tpu.common import SCRIPTS, LaunchError
 from experiments.sweep.executors.base import Context, Event, ExecutorError, Slot
@@ -172,7 +172,7 @@ class _Attempts:
         worker0 = os.path.join(logs, "worker-0.log")
         source = worker0 if os.path.isfile(worker0) else os.path.join(logs, "launcher.log")
         with open(source, "rb") as f:
-            runfiles.append_log(self.workdir, f.read())
+            workdir_files.append_log(self.workdir, f.read())
 
 
 class TpuExecutor:

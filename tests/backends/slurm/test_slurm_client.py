@@ -1,12 +1,8 @@
 """The SLURM client's readings that need no cluster: a node's GPUs from its GRES (as ``sinfo %G``
-prints them), what a partition lacks for a job's shape, and a run's workdir files as the job reads
-them (experiments/backends/slurm/workdir.py) against experiments/runfiles.py, which reads the same
-files for the sweep."""
+prints them) and what a partition lacks for a job's shape."""
 
 import pytest
 
-from experiments import runfiles
-from experiments.backends.slurm import workdir
 from experiments.backends.slurm.cluster import Partition, gres_gpus
 from experiments.backends.slurm.sbatch import shape
 
@@ -31,17 +27,3 @@ def test_what_a_partition_lacks_for_a_shape():
     cpus = Partition("debug", 3600, (("a", 2, 0), ("b", 2, 0)))
     assert cpus.lacks(shape(4, 0)) == ""
     assert cpus.lacks(shape(5, 0)) == "needs 5 processes and partition debug has 4 CPUs in all"
-
-
-def test_the_jobs_workdir_files_are_the_ones_the_sweep_reads(tmp_path):
-    assert workdir.LOG_NAME == runfiles.LOG_NAME
-    for files in ((), ("error.json",), ("results.json",), ("failure.json",)):
-        run = tmp_path / "_".join(files or ("none",))
-        run.mkdir()
-        for name in files:
-            (run / name).write_text("{}")
-        assert workdir.has_result(str(run)) == (runfiles.outcome(str(run)) is not None), files
-    workdir.append_log(str(tmp_path), b"one\n")
-    runfiles.append_log(str(tmp_path), b"two\n")
-    workdir.append_log(str(tmp_path), b"three\n")
-    assert (tmp_path / runfiles.LOG_NAME).read_bytes() == b"one\ntwo\nthree\n"

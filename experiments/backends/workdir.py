@@ -1,14 +1,16 @@
-"""The files of a run's workdir (local or ``gs://``, through :mod:`lbtrain.rundir`) that its SLURM
-job reads and writes: the run's log, and the files that say it has its result. lbtrain writes
-them, :mod:`experiments.runfiles` reads them for the sweep under the same names (a test holds the
-two to each other); the client reads them here, below the experiments."""
+"""The files of a run's workdir (local or ``gs://``, through :mod:`lbtrain.rundir`) that a backend's
+job reads and writes: the run's log, and the files that say it has its result (lbtrain writes
+them). Defined once here, below the experiments: the executors and a backend's job (SLURM's) use
+them, and :mod:`experiments.runfiles`, which reads a run's files for the sweep, builds on them."""
 
 from __future__ import annotations
 
 from lbtrain import rundir
 
 LOG_NAME = "stdout.log"  # the run's (process 0's) output, beside its files
-RESULT_FILES = ("results.json", "failure.json")  # either one: the run has its result
+RESULTS = "results.json"  # the run finished (lbtrain writes it last)
+FAILURE = "failure.json"  # the run diverged: a result of the run, never run again
+RESULT_FILES = (RESULTS, FAILURE)  # either one: the run has its result
 
 
 def has_result(workdir: str) -> bool:
