@@ -17,6 +17,7 @@ from __future__ import annotations
 import ast
 import dataclasses
 import pathlib
+import re
 
 import pytest
 
@@ -249,6 +250,34 @@ def test_sys_path_is_edited_only_by_the_scripts_entry_points():
     assert path_edit_problems(pathlib.Path(ROOT)) == []
 
 
+LONG = 400  # lines: a module past this is one concern docs/architecture.md names
+
+
+def long_module_problems(root: pathlib.Path, page: str) -> list[str]:
+    """Modules over ``LONG`` lines that the page's table of long modules does not name, and rows of
+    that table that name a module that is not over it (or does not exist)."""
+    section = page.split("Modules over about 400 lines", 1)[1].split("\n## ", 1)[0]
+    listed = re.findall(r"^\| `([^`]+\.py)` \|", section, re.MULTILINE)
+    lines = {m.path: len((root / m.path).read_text().splitlines()) for m in modules(root).values()}
+    problems = [
+        f"{path}: {n} lines, not in docs/architecture.md's table of long modules"
+        for path, n in sorted(lines.items())
+        if n > LONG and path not in listed
+    ]
+    problems += [
+        f"{path}: in the table of long modules, but {lines.get(path, 'no such module')}"
+        + (" lines" if path in lines else "")
+        for path in listed
+        if lines.get(path, 0) <= LONG
+    ]
+    return problems
+
+
+def test_every_long_module_is_named_with_its_one_concern():
+    page = (pathlib.Path(ROOT) / "docs" / "architecture.md").read_text()
+    assert long_module_problems(pathlib.Path(ROOT), page) == []
+
+
 # --- each check finds what it is made to find ----------------------------------------------------
 
 
@@ -351,4 +380,25 @@ def test_a_sys_path_edit_outside_an_entry_point_is_found(tmp_path, line):
     assert sorted(path_edit_problems(root)) == [
         "experiments/__init__.py:3 edits sys.path (not a script's entry point)",
         "scripts/pkg/part.py:2 edits sys.path (not a script's entry point)",
+    ]
+
+
+def test_a_long_module_missing_from_the_table_is_found(tmp_path):
+    root = _tree(
+        tmp_path,
+        {
+            "lbtrain/__init__.py": "",
+            "lbtrain/big.py": "x = 1\n" * 401,
+            "lbtrain/fits.py": "x = 1\n" * 400,
+        },
+    )
+    page = (
+        "# A\n\nModules over about 400 lines:\n\n| module | lines | concern |\n|---|---|---|\n"
+        "| `lbtrain/fits.py` | 400 | one |\n| `lbtrain/gone.py` | 500 | one |\n\n## Next\n"
+        "| `lbtrain/big.py` | outside the section |\n"
+    )
+    assert long_module_problems(root, page) == [
+        "lbtrain/big.py: 401 lines, not in docs/architecture.md's table of long modules",
+        "lbtrain/fits.py: in the table of long modules, but 400 lines",
+        "lbtrain/gone.py: in the table of long modules, but no such module",
     ]
