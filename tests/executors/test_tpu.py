@@ -5,6 +5,7 @@ one run diverges: each run lands on a slice whose devices split its batch, the p
 from its checkpoint on a recreated slice, the diverged run records its failure, every slice is
 deleted at the end, and every run's metrics equal the local executor's on as many devices."""
 
+import glob
 import http.server
 import json
 import os
@@ -21,9 +22,10 @@ from support.forced_devices import xla_flags
 from lbtrain import rundir
 
 ARG = "runlocal=True,epochs=2"
-# b12 trains long enough (20 epochs of 333 steps, a checkpoint each quarter) for a preemption to
-# land mid-run
-LONG = "runlocal=True,epochs=20"
+# b12: 6 epochs of 333 steps, a checkpoint each quarter. The tests preempt or freeze it
+# (FakeSlice.pause) at its first checkpoint, more than 5 epochs before its end, and keep it frozen
+# while the rest happens: it is mid-run then, whatever the pace of the rest
+LONG = "runlocal=True,epochs=6"
 EXPERIMENT = textwrap.dedent(
     f"""
     from experiments.common import Experiment, Plan, Run
@@ -62,6 +64,57 @@ def wait_for_checkpoint(workdir: str, proc, timeout: float = 240) -> None:
     raise AssertionError(f"no checkpoint in {workdir} after {timeout} s")
 
 
+def wait_for_resume(fs, name: str, output, timeout: float = 240) -> None:
+    """Until a run on VM ``name`` (its worker 0's launch logs) says it resumed from a checkpoint."""
+    logs = os.path.join(fs.home(name, 0), "lbtrain", "launches", "*", "run.log")
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        for log in glob.glob(logs):
+            with open(log, errors="replace") as f:
+                if "resuming from the checkpoint" in f.read():
+                    return
+        if output.proc.poll() is not None:
+            raise AssertionError(f"ended before a run on {name} resumed:\n{output.all(60)}")
+        time.sleep(0.2)
+    raise AssertionError(f"no run on {name} resumed after {timeout} s")
+
+
+class Output:
+    """``proc``'s output, read line by line in a thread of its own and kept whole."""
+
+    def __init__(self, proc):
+        self.proc, self.lines, self.ended = proc, [], False
+        self.changed = threading.Condition()
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+
+    def _read(self):
+        for line in self.proc.stdout:
+            with self.changed:
+                self.lines.append(line)
+                self.changed.notify_all()
+        with self.changed:
+            self.ended = True
+            self.changed.notify_all()
+
+    def wait_for(self, text: str, timeout: float = 300) -> None:
+        """Until a line holds ``text``: an AssertionError with the output so far if the output
+        ends or ``timeout`` passes first."""
+
+        def seen():
+            return any(text in line for line in self.lines)
+
+        with self.changed:
+            if not self.changed.wait_for(lambda: seen() or self.ended, timeout) or not seen():
+                raise AssertionError(f"no line with {text!r}:\n{''.join(self.lines)}")
+
+    def all(self, timeout: float) -> str:
+        """The whole output once ``proc`` has ended."""
+        self.proc.wait(timeout=timeout)
+        self.reader.join(timeout=60)
+        return "".join(self.lines)
+
+
 def pool_of_fakes(tmp_path, gcs):
     """The experiment file, a fake project whose one-worker slices run real lbtrain with their
     workdirs in the GCS emulator, and the environment reproduce.py runs in."""
@@ -88,8 +141,15 @@ def test_a_pool_of_two_slices_runs_a_plan_through_a_preemption_and_a_divergence(
     proc = reproduce_cli.start(exp, runs, results, *pool, env=env)
     try:
         wait_for_checkpoint(f"{runs}/b12_base", proc)
+        output = Output(proc)
         fs.preempt("small", grace=120)
-        out = proc.communicate(timeout=600)[0]
+        # resumed on the recreated small, b12 is frozen there until big has run both batch-32
+        # runs: small holds it, big, idle, goes first
+        wait_for_resume(fs, "small", output)
+        fs.pause("small")
+        output.wait_for("deleted slice big (idle)")
+        fs.resume("small")
+        out = output.all(timeout=600)
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -139,6 +199,18 @@ def launches_of(fs, run: str) -> int:
     return len(starts)
 
 
+def wait_for_stop(fs, proc, timeout: float = 120) -> None:
+    """Until the launcher has asked a worker to stop its run (the helper's ``stop``)."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if any("ssh" in c and any(" stop " in f"{a} " for a in c) for c in fs.calls()):
+            return
+        if proc.poll() is not None:
+            break
+        time.sleep(0.2)
+    raise AssertionError(f"no stop sent to a worker:\n{proc.communicate(timeout=60)[0]}")
+
+
 def wait_for_line(proc, text: str, lines: list, timeout: float = 240) -> None:
     deadline = time.time() + timeout
     while time.time() < deadline:
@@ -168,6 +240,8 @@ def test_a_killed_scheduler_is_adopted_and_an_interrupted_sweep_resumes(tmp_path
     try:
         first = reproduce_cli.start(exp, runs, results, *pool, env=env, start_new_session=True)
         wait_for_checkpoint(f"{runs}/b12_base", first)
+        # b12 frozen mid-run until the scheduler that adopts it stops it: live all along
+        fs.pause("small")
         os.killpg(first.pid, signal.SIGKILL)  # the scheduler and its launchers; the runs live on
         first.wait()
         assert {n["state"] for n in fs.state()["nodes"].values()} == {"READY"}
@@ -176,6 +250,8 @@ def test_a_killed_scheduler_is_adopted_and_an_interrupted_sweep_resumes(tmp_path
         lines = []
         wait_for_line(second, "b12_base: adopted: still live on small", lines)
         second.send_signal(signal.SIGTERM)
+        wait_for_stop(fs, second)  # its SIGTERM to b12 is delivered once b12 goes on
+        fs.resume("small")
         out = "".join(lines) + second.communicate(timeout=300)[0]
         assert second.returncode == 130, out
         assert "deleted slice small (interrupted)" in out and fs.state()["nodes"] == {}

@@ -22,7 +22,9 @@ is an error, as in gcloud), one module each:
   Preemption, a hook only tests use: ``FakeSlice.preempt(name)`` or ``gcloud fake preempt NAME
   --zone=Z [--grace=SECONDS]``. The node goes STOPPING, its live runs' process groups get SIGTERM
   (SIGKILL after the grace period, default 30 s, as a spot VM's shutdown gives), then the node is
-  PREEMPTED (a queued resource holding it: SUSPENDED).
+  PREEMPTED (a queued resource holding it: SUSPENDED). ``FakeSlice.pause(name)`` freezes a node's
+  live runs (SIGSTOP to their process groups) until ``FakeSlice.resume(name)``: a test orders
+  events around a run that would otherwise race them.
 * queued.py, ``compute tpus queued-resources create | describe | delete`` (``alpha`` for
   ``--best-effort``): a new queued resource walks through ``queued_states``, one state per
   describe; at ACTIVE its node exists.

@@ -9,7 +9,7 @@ import shlex
 import signal
 import sys
 
-from .runs import kill_group, preempt
+from .runs import kill_group, live_pid_files, preempt
 from .state import STATE_VARIABLE, load_state, locked, save_state, worker_home
 
 
@@ -78,6 +78,17 @@ class FakeSlice:
     def preempt(self, name: str, grace: float = 30.0):
         """Take spot VM ``name`` back: its runs get SIGTERM, then it is PREEMPTED."""
         preempt(self.folder, name, grace)
+
+    def pause(self, name: str):
+        """Freeze the live runs on VM ``name`` where they are (SIGSTOP to their process groups): a
+        VM that makes no progress, its runs still live to every check, until :meth:`resume`."""
+        for pid_file in live_pid_files(self.folder, name):
+            kill_group(pid_file, signal.SIGSTOP)
+
+    def resume(self, name: str):
+        """Let the runs :meth:`pause` froze on VM ``name`` go on (SIGCONT)."""
+        for pid_file in live_pid_files(self.folder, name):
+            kill_group(pid_file, signal.SIGCONT)
 
     def set_node_state(self, name: str, node_state: str):
         with locked(self.folder):
