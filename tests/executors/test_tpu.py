@@ -64,55 +64,31 @@ def wait_for_checkpoint(workdir: str, proc, timeout: float = 240) -> None:
     raise AssertionError(f"no checkpoint in {workdir} after {timeout} s")
 
 
-def wait_for_resume(fs, name: str, output, timeout: float = 240) -> None:
-    """Until a run on VM ``name`` (its worker 0's launch logs) says it resumed from a checkpoint."""
-    logs = os.path.join(fs.home(name, 0), "lbtrain", "launches", "*", "run.log")
+def poll_until(ready, proc, what: str, timeout: float) -> None:
+    """Until ``ready()``: an AssertionError naming ``what`` (with ``proc``'s output if it ended
+    first) after ``timeout`` seconds."""
     deadline = time.time() + timeout
     while time.time() < deadline:
+        if ready():
+            return
+        if proc.poll() is not None:
+            raise AssertionError(f"ended before {what}:\n{proc.communicate(timeout=60)[0]}")
+        time.sleep(0.2)
+    raise AssertionError(f"not {what} after {timeout} s")
+
+
+def wait_for_resume(fs, name: str, proc, timeout: float = 240) -> None:
+    """Until a run on VM ``name`` (its worker 0's launch logs) says it resumed from a checkpoint."""
+    logs = os.path.join(fs.home(name, 0), "lbtrain", "launches", "*", "run.log")
+
+    def resumed() -> bool:
         for log in glob.glob(logs):
             with open(log, errors="replace") as f:
                 if "resuming from the checkpoint" in f.read():
-                    return
-        if output.proc.poll() is not None:
-            raise AssertionError(f"ended before a run on {name} resumed:\n{output.all(60)}")
-        time.sleep(0.2)
-    raise AssertionError(f"no run on {name} resumed after {timeout} s")
+                    return True
+        return False
 
-
-class Output:
-    """``proc``'s output, read line by line in a thread of its own and kept whole."""
-
-    def __init__(self, proc):
-        self.proc, self.lines, self.ended = proc, [], False
-        self.changed = threading.Condition()
-        self.reader = threading.Thread(target=self._read, daemon=True)
-        self.reader.start()
-
-    def _read(self):
-        for line in self.proc.stdout:
-            with self.changed:
-                self.lines.append(line)
-                self.changed.notify_all()
-        with self.changed:
-            self.ended = True
-            self.changed.notify_all()
-
-    def wait_for(self, text: str, timeout: float = 300) -> None:
-        """Until a line holds ``text``: an AssertionError with the output so far if the output
-        ends or ``timeout`` passes first."""
-
-        def seen():
-            return any(text in line for line in self.lines)
-
-        with self.changed:
-            if not self.changed.wait_for(lambda: seen() or self.ended, timeout) or not seen():
-                raise AssertionError(f"no line with {text!r}:\n{''.join(self.lines)}")
-
-    def all(self, timeout: float) -> str:
-        """The whole output once ``proc`` has ended."""
-        self.proc.wait(timeout=timeout)
-        self.reader.join(timeout=60)
-        return "".join(self.lines)
+    poll_until(resumed, proc, f"a run on {name} resumed", timeout)
 
 
 def pool_of_fakes(tmp_path, gcs):
@@ -141,15 +117,15 @@ def test_a_pool_of_two_slices_runs_a_plan_through_a_preemption_and_a_divergence(
     proc = reproduce_cli.start(exp, runs, results, *pool, env=env)
     try:
         wait_for_checkpoint(f"{runs}/b12_base", proc)
-        output = Output(proc)
         fs.preempt("small", grace=120)
         # resumed on the recreated small, b12 is frozen there until big has run both batch-32
         # runs: small holds it, big, idle, goes first
-        wait_for_resume(fs, "small", output)
+        wait_for_resume(fs, "small", proc)
         fs.pause("small")
-        output.wait_for("deleted slice big (idle)")
+        lines = []
+        wait_for_line(proc, "deleted slice big (idle)", lines, timeout=300)
         fs.resume("small")
-        out = output.all(timeout=600)
+        out = "".join(lines) + proc.communicate(timeout=600)[0]
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -201,14 +177,11 @@ def launches_of(fs, run: str) -> int:
 
 def wait_for_stop(fs, proc, timeout: float = 120) -> None:
     """Until the launcher has asked a worker to stop its run (the helper's ``stop``)."""
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if any("ssh" in c and any(" stop " in f"{a} " for a in c) for c in fs.calls()):
-            return
-        if proc.poll() is not None:
-            break
-        time.sleep(0.2)
-    raise AssertionError(f"no stop sent to a worker:\n{proc.communicate(timeout=60)[0]}")
+
+    def stop_sent() -> bool:
+        return any("ssh" in c and any(" stop " in f"{a} " for a in c) for c in fs.calls())
+
+    poll_until(stop_sent, proc, "a stop sent to a worker", timeout)
 
 
 def wait_for_line(proc, text: str, lines: list, timeout: float = 240) -> None:
