@@ -449,19 +449,26 @@ def against_runs(est: Estimate, results_dir: str) -> str | None:
     without evaluations, checkpoints and the start); None where no priced run has finished."""
     priced = {r.name: r for r in est.rows if r.chip_hours is not None and r.devices}
     measured = estimated = 0.0
-    count = 0
+    count = partial = 0
     for name, row in sorted(priced.items()):
         d = runfiles.read_run(runfiles.join(results_dir, "runs", name))
-        wall = ((d or {}).get("provenance") or {}).get("wall_time_s")
+        wall = runfiles.wall_seconds((d or {}).get("provenance") or {})
         if not d or not d["finished"] or wall is None:
             continue
-        measured += wall / 3600
+        measured += wall[0] / 3600
+        partial += wall[1]
         estimated += row.chip_hours / row.devices
         count += 1
     if not count:
         return None
+    note = (
+        f"; for {partial} resumed run(s) whose wall time covers only the last process, their "
+        "training time over every process"
+        if partial
+        else ""
+    )
     return (
         f"finished so far: {count} of these runs took {measured:,.2f} h of wall time summed "
-        f"(their provenance.json); the estimate gives them {estimated:,.2f} h (measured / "
+        f"(their provenance.json{note}); the estimate gives them {estimated:,.2f} h (measured / "
         f"estimated = {measured / estimated:.2f})"
     )

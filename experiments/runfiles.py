@@ -105,6 +105,18 @@ def read_run(run_dir: str) -> dict | None:
     }
 
 
+def wall_seconds(provenance: dict) -> tuple[float, bool] | None:
+    """A finished run's wall-clock seconds from its ``provenance.json`` (None without one), and
+    whether the record is partial: a run resumed by code older than the run-long wall time kept
+    only its last process's, below its training time (every process's), which then stands in as
+    the better lower bound."""
+    wall = provenance.get("wall_time_s")
+    if wall is None:
+        return None
+    trained = provenance.get("train_time_s") or 0.0
+    return max(wall, trained), trained > wall
+
+
 def evals(d: dict, split: str, metric: str) -> list[dict]:
     """The rows of ``split``'s evaluations that carry ``metric``."""
     return [

@@ -69,7 +69,14 @@ class _Session:
         )
         self.state, self.resume_step = run.state, None
         self.history, self.train_time = [], 0.0
-        self.t_start = time.perf_counter()
+        # the wall time of the processes before this one, up to the checkpoint resumed (read in
+        # resume()): a run's wall time, like its training time, spans every kill and resume
+        self.t_start, self.wall_before = time.perf_counter(), 0.0
+
+    def wall_time(self) -> float:
+        """The run's wall-clock seconds so far: the earlier processes' up to the checkpoint this
+        one resumed, then this process's since it started."""
+        return self.wall_before + (time.perf_counter() - self.t_start)
 
     def resume(self) -> None:
         """Restore the newest verified checkpoint (a damaged one falls back to the one before), then
@@ -97,6 +104,11 @@ class _Session:
         # the training time before the checkpoint (from its last logged row): time-to-target spans
         # every process
         self.train_time = max((r.get("train_time_s", 0.0) for r in self.writer.rows()), default=0.0)
+        # rows logged before rows carried it: their training time, a lower bound
+        self.wall_before = max(
+            (r.get("wall_time_s", r.get("train_time_s", 0.0)) for r in self.writer.rows()),
+            default=0.0,
+        )
         self.progress = Progress(
             self.plan.total_steps,
             self.plan.steps_per_epoch,
@@ -115,6 +127,7 @@ class _Session:
                 **res.metrics,
                 "epoch": step / self.plan.steps_per_epoch,
                 "train_time_s": self.train_time,
+                "wall_time_s": self.wall_time(),
             }
             if not (again and self.writer.has(step, split)):
                 self.writer.write(step, split, ev)
@@ -141,6 +154,7 @@ class _Session:
         )
         m["epoch"] = step / self.plan.steps_per_epoch
         m["train_time_s"] = self.train_time + (time.perf_counter() - t_seg)
+        m["wall_time_s"] = self.wall_time()
         self.writer.write(step, "train", m)
 
     def save(self, step: int) -> None:
@@ -300,7 +314,7 @@ def _finish(s: _Session) -> dict[str, Any]:
         "plan": dataclasses.asdict(s.plan.optim),
         "run_plan": {k: v for k, v in dataclasses.asdict(s.plan).items() if k != "optim"},
         "train_time_s": s.train_time,
-        "wall_time_s": time.perf_counter() - s.t_start,
+        "wall_time_s": s.wall_time(),  # every process's, as train_time_s
         "devices": s.plan.devices,
     }
     rundir.write_json(rundir.path(s.workdir) / "results.json", result, is_writer=s.writer_enabled)

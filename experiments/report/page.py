@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 
+from experiments import runfiles
 from experiments.report import tuned
 from experiments.report.numbers import TUNING_ROLES
 from experiments.report.summary import Summary
@@ -51,6 +52,32 @@ def hardware(s: Summary, rows: list[dict]) -> list[dict]:
     return out
 
 
+def measured_wall(s: Summary, rows: list[dict]) -> str:
+    """What the finished runs took: their wall time summed from each ``provenance.json``, on the
+    hardware the page names ("" before any has finished)."""
+    walls = [runfiles.wall_seconds(s.data[r["run"]]["provenance"] or {}) for r in rows]
+    walls = [w for w in walls if w is not None]
+    if not walls:
+        return ""
+    total = sum(w for w, _ in walls)
+    took = f"{total / 3600:.1f} h" if total >= 6000 else f"{total / 60:.0f} min"
+    partial = sum(p for _, p in walls)
+    note = (
+        f"; {plural(partial, 'run')} resumed by older code recorded only the last process's wall "
+        "time, so the training time over every process stands in"
+        if partial
+        else ""
+    )
+    return (
+        f" Measured: {plural(len(walls), 'finished run')} took {took} of wall time summed (each "
+        f"run's provenance.json{note})."
+    )
+
+
+def plural(n: int, noun: str) -> str:
+    return f"{n} {noun}{'' if n == 1 else 's'}"
+
+
 def caveats(s: Summary) -> list[str]:
     """ "Read this first": the data and budget, the seeds, what the speedup counts, the hardware and
     versions, the protocol, and what keeps the numbers from being the plan's."""
@@ -73,7 +100,8 @@ def caveats(s: Summary) -> list[str]:
             "on data and models that fit two CPU cores."
             if s.plan_name == "local"
             else ""
-        ),
+        )
+        + measured_wall(s, rows),
         seeds_line(rows),
         "- The speedup is a step-count speedup (updates to reach the target, Shallue et al. 2018). "
         f"{wall_clock_text(hws)} Steps are counted at evaluations (every eval_every_epochs), so a "

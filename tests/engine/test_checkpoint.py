@@ -1,10 +1,12 @@
 """Checkpoints and exact resume: a run killed with SIGKILL and resumed ends bit-identical."""
 
+import json
 import os
 import random
 import signal
 import subprocess
 import sys
+import time
 
 import jax
 import numpy as np
@@ -69,8 +71,6 @@ def test_sigkill_and_resume_is_bit_identical(tmp_path, devices):
     for a, b in zip(final_params(tmp_path / "reference"), final_params(tmp_path / "killed")):
         np.testing.assert_array_equal(a, b)
     # the resumed run's metrics hold each step once
-    import json
-
     steps = [
         json.loads(line)["step"]
         for line in open(tmp_path / "killed" / "metrics.jsonl")
@@ -84,6 +84,7 @@ def test_sigkill_and_resume_is_bit_identical(tmp_path, devices):
 
 @pytest.mark.slow
 def test_sigterm_saves_and_exits_cleanly(tmp_path):
+    t0 = time.monotonic()
     proc = start(tmp_path, 1)
     for line in proc.stdout:
         if line.startswith("step 60/"):
@@ -91,14 +92,36 @@ def test_sigterm_saves_and_exits_cleanly(tmp_path):
             break
     out = proc.stdout.read()
     proc.wait(timeout=600)
+    first_life = time.monotonic() - t0
     assert proc.returncode == 0, out[-3000:]
     line = next(x for x in out.splitlines() if x.startswith("preempted at step"))
     step = int(line.split()[3].split("/")[0])
     assert 60 <= step < 250 and "run the same command again to resume" in line
     assert Checkpointer(str(tmp_path), 25).latest_step() == step
+    stopped = [r for r in rows(tmp_path) if r["step"] <= step][-1]  # the last row the first wrote
+    t1 = time.monotonic()
     resumed = start(tmp_path, 1)
     rest, _ = resumed.communicate(timeout=600)
+    second_life = time.monotonic() - t1
     assert resumed.returncode == 0 and f"resuming from the checkpoint at step {step}" in rest
+
+    # the run's times span both processes: wall time holds the training time and adds up across
+    # the resume, and is bounded by the two processes' lifetimes measured here
+    logged = rows(tmp_path)
+    assert all(r["wall_time_s"] >= r["train_time_s"] > 0 for r in logged)
+    walls = [r["wall_time_s"] for r in logged]
+    assert walls == sorted(walls)
+    prov = json.loads((tmp_path / "provenance.json").read_text())
+    trained_after = prov["train_time_s"] - stopped["train_time_s"]
+    assert trained_after > 0
+    assert prov["wall_time_s"] >= stopped["wall_time_s"] + trained_after
+    assert stopped["wall_time_s"] <= first_life
+    assert prov["wall_time_s"] <= first_life + second_life
+
+
+def rows(workdir) -> list[dict]:
+    with open(os.path.join(workdir, "metrics.jsonl")) as f:
+        return [json.loads(line) for line in f]
 
 
 def poisoned_mnist(batch):

@@ -36,7 +36,12 @@ EXPERIMENT = textwrap.dedent(
     )
     """
 )
-TIMING = ("train_time_s", "ex_per_sec", "tok_per_sec")  # what differs between two runs
+TIMING = (
+    "train_time_s",
+    "wall_time_s",
+    "ex_per_sec",
+    "tok_per_sec",
+)  # what differs between two runs
 # the flags of every test: the queue read twice a second, one CPU process a run
 SLURM = ["--executor=slurm", "--partition=debug", "--slurm_poll_seconds=0.5"]
 

@@ -43,7 +43,12 @@ EXPERIMENT = textwrap.dedent(
     )
     """
 )
-TIMING = ("train_time_s", "ex_per_sec", "tok_per_sec")  # what differs between two runs
+TIMING = (
+    "train_time_s",
+    "wall_time_s",
+    "ex_per_sec",
+    "tok_per_sec",
+)  # what differs between two runs
 
 
 def metrics(text: str) -> list[dict]:

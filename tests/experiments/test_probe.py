@@ -129,3 +129,17 @@ def test_step_times_from_the_plans_finished_runs_and_the_estimate_against_them(t
         f"{1.5 / hours:.2f})"
     )
     assert estimate.against_runs(again, str(tmp_path / "none")) is None
+
+    # a run resumed under older code recorded only its last process's wall time (600 s), less
+    # than it trained over every process (2400 s): its training time counts instead
+    prov = tmp_path / "runs" / base[2].name / "provenance.json"
+    prov.write_text(
+        json.dumps({**json.loads(prov.read_text()), "wall_time_s": 600.0, "train_time_s": 2400.0})
+    )
+    measured = (1800 + 1800 + 2400) / 3600
+    assert estimate.against_runs(again, str(tmp_path)) == (
+        f"finished so far: 3 of these runs took {measured:,.2f} h of wall time summed (their "
+        "provenance.json; for 1 resumed run(s) whose wall time covers only the last process, "
+        f"their training time over every process); the estimate gives them {hours:,.2f} h "
+        f"(measured / estimated = {measured / hours:.2f})"
+    )

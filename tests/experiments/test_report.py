@@ -206,6 +206,39 @@ def test_the_page_names_the_hardware_its_runs_used(tmp_path):
     assert "? CPU cores" not in text and "no hardware is named" in text
 
 
+def test_the_budget_line_sums_the_finished_runs_wall_time(tmp_path):
+    """ "Measured": the finished runs' wall time summed from their provenance.json; a run whose
+    wall time is below its training time (resumed by code that kept only the last process's)
+    counts its training time and is named; a run without a result counts nothing."""
+    exp = experiment()
+    walls = {"b10_base_s0": (3000.0, 2900.0), "b10_base_s1": (2500.0, 2400.0)}
+    for name, (wall, trained) in walls.items():
+        fake_run(tmp_path, name, [0.5, 0.9], 10)
+        (tmp_path / "runs" / name / "provenance.json").write_text(
+            json.dumps({"wall_time_s": wall, "train_time_s": trained})
+        )
+    fake_run(tmp_path, "b40_legw_s0", [0.3], 40, failure="lbtrain: error: non-finite loss")
+
+    def budget_line():
+        lines = page.caveats(summary.build(exp, "local", str(tmp_path)))
+        return next(x for x in lines if x.startswith("- Data and budget"))
+
+    # 5,500 s: under 100 minutes, so in minutes
+    assert budget_line().endswith(
+        "Measured: 2 finished runs took 92 min of wall time summed (each run's provenance.json)."
+    )
+    fake_run(tmp_path, "b40_legw_s1", [0.5, 0.9], 40)
+    (tmp_path / "runs" / "b40_legw_s1" / "provenance.json").write_text(
+        json.dumps({"wall_time_s": 600.0, "train_time_s": 4300.0})
+    )
+    # 3,000 + 2,500 + 4,300 (its training time, not its 600 s) = 9,800 s
+    assert budget_line().endswith(
+        "Measured: 3 finished runs took 2.7 h of wall time summed (each run's provenance.json; "
+        "1 run resumed by older code recorded only the last process's wall time, so the training "
+        "time over every process stands in)."
+    )
+
+
 def test_the_page_names_runs_that_trained_another_budget_than_the_plans(tmp_path):
     """A sweep run with ``--extra=--config.num_epochs=1`` trains every run for 1 epoch: the page
     lists each run whose config.json budget differs from the one its command declares."""
