@@ -101,13 +101,12 @@ class _Session:
         self.writer = MetricWriter(
             self.workdir, enabled=self.writer_enabled, resume_step=self.resume_step
         )
-        # the training time before the checkpoint (from its last logged row): time-to-target spans
-        # every process
-        self.train_time = max((r.get("train_time_s", 0.0) for r in self.writer.rows()), default=0.0)
-        # rows logged before rows carried it: their training time, a lower bound
+        # the training and wall time before the checkpoint (from its last logged rows): both span
+        # every process; a row from before rows carried wall time gives its training time instead
+        kept = self.writer.rows()
+        self.train_time = max((r.get("train_time_s", 0.0) for r in kept), default=0.0)
         self.wall_before = max(
-            (r.get("wall_time_s", r.get("train_time_s", 0.0)) for r in self.writer.rows()),
-            default=0.0,
+            (r.get("wall_time_s", r.get("train_time_s", 0.0)) for r in kept), default=0.0
         )
         self.progress = Progress(
             self.plan.total_steps,

@@ -12,6 +12,7 @@ import jax
 import numpy as np
 import pytest
 from support.forced_devices import xla_flags
+from support.run_metrics import rows, train_steps
 
 from experiments import ROOT
 from lbtrain import config_lib, loop, setup
@@ -71,12 +72,7 @@ def test_sigkill_and_resume_is_bit_identical(tmp_path, devices):
     for a, b in zip(final_params(tmp_path / "reference"), final_params(tmp_path / "killed")):
         np.testing.assert_array_equal(a, b)
     # the resumed run's metrics hold each step once
-    steps = [
-        json.loads(line)["step"]
-        for line in open(tmp_path / "killed" / "metrics.jsonl")
-        if '"train"' in line
-    ]
-    assert steps == list(range(1, 251))
+    assert train_steps(tmp_path / "killed") == list(range(1, 251))
     results = json.loads((tmp_path / "killed" / "results.json").read_text())
     # the whole run's evaluations, not the last part's
     assert [h["step"] for h in results["history"]] == [125, 250]
@@ -117,11 +113,6 @@ def test_sigterm_saves_and_exits_cleanly(tmp_path):
     assert prov["wall_time_s"] >= stopped["wall_time_s"] + trained_after
     assert stopped["wall_time_s"] <= first_life
     assert prov["wall_time_s"] <= first_life + second_life
-
-
-def rows(workdir) -> list[dict]:
-    with open(os.path.join(workdir, "metrics.jsonl")) as f:
-        return [json.loads(line) for line in f]
 
 
 def poisoned_mnist(batch):
@@ -165,12 +156,10 @@ def test_nan_stops_the_run_and_keeps_the_last_good_checkpoint(tmp_path):
 @pytest.mark.slow
 def test_nan_policy_skip_drops_and_counts_the_bad_updates(tmp_path):
     result = train_poisoned("skip", str(tmp_path))
-    import json
-
-    rows = [json.loads(line) for line in open(tmp_path / "metrics.jsonl") if '"train"' in line]
-    assert rows[-1]["skipped_updates"] == 2  # the poisoned example comes once per epoch, 2 epochs
+    train = [r for r in rows(tmp_path) if r["kind"] == "train"]
+    assert train[-1]["skipped_updates"] == 2  # the poisoned example comes once per epoch, 2 epochs
     # logged every 10 steps: never the skipped 41st or 291st
-    assert all(np.isfinite(r["loss"]) for r in rows)
+    assert all(np.isfinite(r["loss"]) for r in train)
     assert result["final"]["accuracy"] > 0.5
     params = jax.tree.leaves(jax.device_get(result["state"].params))
     assert all(np.isfinite(p).all() for p in params)

@@ -18,6 +18,7 @@ import pytest
 from support import reproduce_cli
 from support.fake_gcloud import FakeSlice
 from support.forced_devices import xla_flags
+from support.run_metrics import untimed
 
 from lbtrain import rundir
 
@@ -43,17 +44,6 @@ EXPERIMENT = textwrap.dedent(
     )
     """
 )
-TIMING = (
-    "train_time_s",
-    "wall_time_s",
-    "ex_per_sec",
-    "tok_per_sec",
-)  # what differs between two runs
-
-
-def metrics(text: str) -> list[dict]:
-    rows = [json.loads(line) for line in text.splitlines() if line.strip()]
-    return [{k: v for k, v in r.items() if k not in TIMING} for r in rows]
 
 
 def wait_for_checkpoint(workdir: str, proc, timeout: float = 240) -> None:
@@ -166,7 +156,7 @@ def test_a_pool_of_two_slices_runs_a_plan_through_a_preemption_and_a_divergence(
     for name in ("b12_base", "b32_legw"):
         there = rundir.read_bytes(f"{runs}/{name}/metrics.jsonl").decode()
         here = (local_runs / name / "metrics.jsonl").read_text()
-        assert metrics(there) == metrics(here), name
+        assert untimed(there) == untimed(here), name
     assert (local_runs / "b32_div" / "failure.json").exists()
 
 
