@@ -11,7 +11,14 @@ from experiments import runfiles
 from experiments.report import tuned
 from experiments.report.numbers import TUNING_ROLES
 from experiments.report.summary import Summary
-from experiments.report.text import PROTOCOL, cell_text, fmt, hardware_text, wall_clock_text
+from experiments.report.text import (
+    PROTOCOL,
+    cell_text,
+    fmt,
+    hardware_text,
+    plural,
+    wall_clock_text,
+)
 
 
 def seeds_line(rows: list[dict]) -> str:
@@ -72,10 +79,6 @@ def measured_wall(s: Summary, rows: list[dict]) -> str:
         f" Measured: {plural(len(walls), 'finished run')} took {took} of wall time summed (each "
         f"run's provenance.json{note})."
     )
-
-
-def plural(n: int, noun: str) -> str:
-    return f"{n} {noun}{'' if n == 1 else 's'}"
 
 
 def caveats(s: Summary) -> list[str]:

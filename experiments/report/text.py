@@ -69,3 +69,8 @@ def wall_clock_text(hws: list[dict]) -> str:
         f"Wall-clock times are those of {where}, the hardware these runs used, and hold for it "
         "alone; on an accelerator a larger batch costs almost the same time per step."
     )
+
+
+def plural(n: int, noun: str) -> str:
+    """``n`` and the noun, with an s unless ``n`` is 1."""
+    return f"{n} {noun}{'' if n == 1 else 's'}"

@@ -14,7 +14,7 @@ from experiments import tuning
 from experiments.common import Experiment
 from experiments.report.numbers import TUNING_ROLES
 from experiments.report.summary import Summary, TunedLine
-from experiments.report.text import cell_text, fmt
+from experiments.report.text import cell_text, fmt, plural
 
 
 def tuned_cells(s: Summary) -> dict[str, str]:
@@ -226,8 +226,9 @@ def sections(s: Summary, verdict_lines: list[str]) -> list[str]:
     ]
     if t.cost or spent:
         measured = (
-            f" Measured so far: {len(spent)} tuning runs beside the sweep's, {sum(spent) / 60:.0f} "
-            "minutes of training summed (two runs at a time, beside other work)."
+            f" Measured so far: {plural(len(spent), 'tuning run')} beside the sweep's, "
+            f"{sum(spent) / 60:.0f} minutes of training summed (two runs at a time, beside other "
+            "work)."
             if spent
             else ""
         )

@@ -200,6 +200,9 @@ def test_the_page_holds_the_tuned_cell_the_rule_and_the_verdict(tmp_path):
     # within 0.02 of the best: at 10 only x1 (x0.5's 0.86 < 0.88), at 40 only x4 (x2's 0.84 < 0.85)
     assert "tolerance (0.02) of each grid's best, seed 0: 10: x1; 40: x4." in md
     assert "- LEGW against a tuned peak LR at 40: LEGW 0.79" in md
+    # the finished tuning runs (role tune or budget: b10 x0.5, b40 x0.5, x4 s0 and s1, x8, x2 the
+    # epochs; b10 x2 diverged, b40 x2 is the plan's sensitivity run), 1 s of training each
+    assert "Measured so far: 6 tuning runs beside the sweep's, 0 minutes of training" in md
     assert os.path.getsize(out + "_lr_vs_batch.png") > 1000
     first = open(out + ".md", "rb").read(), open(out + "_lr_vs_batch.png", "rb").read()
     report.render(exp, "local", str(tmp_path), out, "cmd")
