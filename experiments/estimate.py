@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 from collections.abc import Callable
 
 import numpy as np
@@ -22,7 +23,7 @@ from ml_collections import ConfigDict
 from experiments import ROOT, runfiles, tuning
 from experiments.common import Experiment, Plan, Run, load_run_config
 from experiments.step_times import StepKey, StepTimes, workload
-from lbtrain import config_lib, optimizer, setup
+from lbtrain import config_lib, optimizer, rundir, setup
 from lbtrain import data as data_lib
 from lbtrain.data import batching, images, prepare
 from lbtrain.data.lm.streams import StreamBatches
@@ -443,14 +444,47 @@ def render(est: Estimate) -> str:
     return "\n".join(out) + "\n"
 
 
+def _stands_for(name: str) -> re.Pattern:
+    """A row's name as the pattern of the runs it stands for: ``{a|b}`` either factor,
+    ``<best>`` whichever the tuning picked."""
+    out = []
+    for part in re.split(r"(\{[^}]*\}|<best>)", name):
+        if part == "<best>":
+            out.append(r"[^_]+")
+        elif part.startswith("{"):
+            out.append("(?:" + "|".join(map(re.escape, part[1:-1].split("|"))) + ")")
+        else:
+            out.append(re.escape(part))
+    return re.compile("".join(out) + r"\Z")
+
+
+def _rows_of(rows: list[Row], names: list[str]) -> list[tuple[str, Row]]:
+    """Each of ``names`` (published runs) with the row it is: its own, else the first row not
+    yet taken whose not-yet-known name (``{a|b}``, ``<best>``) fits it; a name no row fits is
+    left out."""
+    exact = {r.name: r for r in rows}
+    free = [r for r in rows if "{" in r.name or "<best>" in r.name]
+    pairs = [(n, exact[n]) for n in names if n in exact]
+    for n in names:
+        row = None if n in exact else next((r for r in free if _stands_for(r.name).match(n)), None)
+        if row is not None:
+            free.remove(row)
+            pairs.append((n, row))
+    return pairs
+
+
 def against_runs(est: Estimate, results_dir: str) -> str | None:
     """One line: the wall time the plan's published, finished runs took (summed from their
     ``provenance.json``) beside the hours the estimate gives the same runs (steps x step time,
-    without evaluations, checkpoints and the start); None where no priced run has finished."""
-    priced = {r.name: r for r in est.rows if r.chip_hours is not None and r.devices}
+    without evaluations, checkpoints and the start); None where no priced run has finished. A
+    tuning run whose factor was not known when the plan was estimated (``{a|b}``, ``<best>``)
+    counts as the row that stood for it."""
+    runs = rundir.path(runfiles.join(results_dir, "runs"))
+    names = sorted(p.name for p in runs.iterdir()) if runs.is_dir() else []
+    priced = [r for r in est.rows if r.chip_hours is not None and r.devices]
     measured = estimated = 0.0
     count = partial = 0
-    for name, row in sorted(priced.items()):
+    for name, row in _rows_of(priced, names):
         d = runfiles.read_run(runfiles.join(results_dir, "runs", name))
         wall = runfiles.wall_seconds((d or {}).get("provenance") or {})
         if not d or not d["finished"] or wall is None:

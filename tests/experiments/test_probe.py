@@ -2,6 +2,7 @@
 about 60 updates, its step time is read from its logged rows with the compiling row left out, and
 the time lands in the cache under the estimate's key, where the next estimate finds it."""
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -142,4 +143,31 @@ def test_step_times_from_the_plans_finished_runs_and_the_estimate_against_them(t
         "provenance.json; for 1 resumed run(s) whose wall time covers only the last process, "
         f"their training time over every process); the estimate gives them {hours:,.2f} h "
         f"(measured / estimated = {measured / hours:.2f})"
+    )
+
+
+def test_a_tuning_run_counts_as_the_row_that_stood_for_its_factor(tmp_path):
+    """The estimate names a tuning run whose factor is not known yet ``{a|b}`` or ``<best>``; once
+    it has run under its real name, its wall time counts against that row's hours (each row once),
+    and a published run no row stands for is left out."""
+    exp = mnist_lstm.EXPERIMENT
+    est = estimate.estimate(exp, exp.full, accelerator="cpu", devices=1, step_times=StepTimes())
+    rows = tuple(  # 1 s an update, one chip
+        dataclasses.replace(r, devices=1, chip_hours=r.steps / 3600) for r in est.rows
+    )
+    est = dataclasses.replace(est, rows=rows)
+    by_name = {r.name: r for r in rows}
+    stands_for = {
+        "b512_legw_lr0.0625_s0": "b512_legw_lr{0.0625|16}_s0",
+        "b512_legw_lr0.03125_s0": "b512_legw_lr{0.03125|32}_s0",
+        "b128_base_lr4_s1": "b128_base_lr<best>_s1",
+        "b8192_legw_lr2_ep2x_s0": "b8192_legw_lr<best>_ep2x_s0",
+    }
+    for name in [*stands_for, "b512_legw_lr0.0625_s7"]:  # seed 7: no row stands for it
+        published(tmp_path, name, [(10, 1.0)], 360.0)
+    hours = sum(by_name[row].steps for row in stands_for.values()) / 3600
+    assert estimate.against_runs(est, str(tmp_path)) == (
+        "finished so far: 4 of these runs took 0.40 h of wall time summed (their "
+        f"provenance.json); the estimate gives them {hours:,.2f} h (measured / estimated = "
+        f"{0.4 / hours:.2f})"
     )
