@@ -45,7 +45,9 @@ def test_ctrl_c_to_the_process_group_mid_plan_keeps_every_step_and_the_same_comm
     exp.write_text(TWO_RUNS)
     runs, results = tmp_path / "runs", tmp_path / "results"
     # a process group of its own, led by reproduce.py: a shell's foreground job
-    proc = reproduce_cli.start(exp, runs, results, "--jobs=2", start_new_session=True)
+    proc = reproduce_cli.start(
+        exp, runs, results, "--jobs=2", start_new_session=True, foreground=True
+    )
     try:
         deadline = time.monotonic() + WAIT
         while not all(len(train_steps(runs / n)) >= 30 for n in ("b16", "b32")):

@@ -20,10 +20,23 @@ def command(exp, runs, results, *flags) -> list[str]:
     ]
 
 
-def start(exp, runs, results, *flags, env=None, **kw) -> subprocess.Popen:
-    """The command started from the repository's root, its output (both streams) in a pipe."""
+# exec the command with SIGINT and SIGQUIT at their default disposition (the same pid runs it)
+_FOREGROUND = (
+    "import os, signal, sys; "
+    "[signal.signal(s, signal.SIG_DFL) for s in (signal.SIGINT, signal.SIGQUIT)]; "
+    "os.execv(sys.argv[1], sys.argv[1:])"
+)
+
+
+def start(exp, runs, results, *flags, env=None, foreground=False, **kw) -> subprocess.Popen:
+    """The command started from the repository's root, its output (both streams) in a pipe.
+    ``foreground``: as a terminal's foreground job has it, with SIGINT and SIGQUIT at their
+    defaults, even where the tests were started with them ignored (a non-interactive shell's
+    background job inherits them ignored, and Python then leaves Ctrl-C ignored too)."""
+    cmd = command(exp, runs, results, *flags)
+    cmd = [sys.executable, "-c", _FOREGROUND, *cmd] if foreground else cmd
     return subprocess.Popen(
-        command(exp, runs, results, *flags),
+        cmd,
         cwd=ROOT,
         env=env,
         stdout=subprocess.PIPE,
