@@ -463,13 +463,13 @@ def _rows_of(rows: list[Row], names: list[str]) -> list[tuple[str, Row]]:
     yet taken whose not-yet-known name (``{a|b}``, ``<best>``) fits it; a name no row fits is
     left out."""
     exact = {r.name: r for r in rows}
-    free = [r for r in rows if "{" in r.name or "<best>" in r.name]
+    free = [(r, _stands_for(r.name)) for r in rows if "{" in r.name or "<best>" in r.name]
     pairs = [(n, exact[n]) for n in names if n in exact]
     for n in names:
-        row = None if n in exact else next((r for r in free if _stands_for(r.name).match(n)), None)
-        if row is not None:
-            free.remove(row)
-            pairs.append((n, row))
+        fits = None if n in exact else next((f for f in free if f[1].match(n)), None)
+        if fits is not None:
+            free.remove(fits)
+            pairs.append((n, fits[0]))
     return pairs
 
 
