@@ -27,9 +27,9 @@ class Run:
     overrides: tuple[str, ...] = ()  # extra --config.a.b=value flags
     group: str = ""  # the table column (default: the scheme); e.g. the optimizer in a comparison
     seed: int = 0
-    role: str = (
-        "sweep"  # base | sweep | sensitivity (LEGW's peak LR x a factor) | noise | tune | budget
-    )
+    # base | sweep | sensitivity (LEGW's peak LR x a factor) | noise | tune | budget | ablation
+    # (one setting changed: a table of its own, :func:`ablation`)
+    role: str = "sweep"
     lr_factor: float = 1.0  # sensitivity runs: the peak LR relative to LEGW's
 
     @property
@@ -260,6 +260,23 @@ def sweep(
             )
         )
     return tuple(out)
+
+
+def ablation(run: Run, tag: str, group: str, overrides: tuple[str, ...]) -> Run:
+    """``run`` with ``overrides`` (``--config.a.b=v``) replacing the flags of the same keys it
+    has, named ``<run without its seed>_<tag>_s<seed>``, in the column ``group`` and with the role
+    ``ablation``: a change of one setting, shown in a table of its own beside the run it varies,
+    not as a column of the batch table."""
+    keys = {o.split("=", 1)[0] for o in overrides}
+    kept = tuple(o for o in run.overrides if o.split("=", 1)[0] not in keys)
+    stem = run.name.removesuffix(f"_s{run.seed}")
+    return dataclasses.replace(
+        run,
+        name=f"{stem}_{tag}_s{run.seed}",
+        overrides=kept + overrides,
+        group=group,
+        role="ablation",
+    )
 
 
 def started_first(runs: tuple[Run, ...], first: tuple[str, ...]) -> tuple[Run, ...]:

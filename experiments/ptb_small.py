@@ -10,6 +10,7 @@ from experiments.common import (
     Experiment,
     Plan,
     Tuning,
+    ablation,
     per_epoch_decay_stretch,
     started_first,
     sweep,
@@ -32,6 +33,56 @@ PAPER_MODEL = (
     "--config.log_every_steps=20",
     "--config.checkpoint_every_epochs=0.5",
 )
+PAPER_MODEL_ARG = "corpus=kjv,size=small"
+# the batches between the base and x16 where LEGW's reach is located (x2, x4, x8): LEGW on 3
+# seeds, the no-warmup and no-scaling baselines on one
+LADDER = (2, 4, 8)
+LADDER_SCHEMES = ("legw", "none", "sqrt")
+# one setting changed, one seed each: the clip off (the base's and LEGW's at x16 and x64), and
+# LEGW at x16 with a longer base warmup (1/16 and 1/8 epoch: 1 and 2 epochs at x16, both ending
+# before the first decay step)
+NO_CLIP = ("--config.optim.clip_norm=0",)
+WARMUPS = (0.0625, 0.125)
+
+
+def paper_model_runs():
+    """The paper-model plan's runs: the protocol's sweep at x1, x16 and x64 (its 30 runs, as they
+    ran), the ladder between them, and the clip and warmup ablations."""
+    main = sweep(
+        20, (1, 16, 64), SCHEMES, PAPER_MODEL_ARG, PAPER_MODEL, side_seeds=(0,), config=CONFIG
+    )
+    ladder = tuple(
+        r
+        for r in sweep(
+            20,
+            LADDER,
+            LADDER_SCHEMES,
+            PAPER_MODEL_ARG,
+            PAPER_MODEL,
+            side_seeds=(0,),
+            sensitivity=(),
+            noise_overrides=None,
+        )
+        if r.role != "base"
+    )
+    by_name = {r.name: r for r in main}
+    clip = tuple(
+        ablation(by_name[n], "noclip", f"{col}, no clip", NO_CLIP)
+        for n, col in (("b20_base_s0", "base"), ("b320_legw_s0", "legw"), ("b1280_legw_s0", "legw"))
+    )
+    warmup = tuple(
+        ablation(
+            by_name["b320_legw_s0"],
+            f"wu{w:g}",
+            f"legw, base warmup {w:g} epoch",
+            (f"--config.optim.schedule.warmup_epochs={w:g}",),
+        )
+        for w in WARMUPS
+    )
+    # the protocol's sweep in its launch order, then the runs added to it in theirs
+    return started_first(main, CLAIM_FIRST) + started_first(ladder + clip + warmup, NEW_FIRST)
+
+
 PAPER_MODEL_BUDGET = (
     "KJV corpus (737,131 training tokens: PTB-sized), the paper's PTB-small model and recipe "
     "(2x200 LSTM, 10k-word vocabulary, T=20, no dropout, 13 epochs, SGD at lr 1.0 on the "
@@ -43,6 +94,33 @@ PAPER_MODEL_BUDGET = (
 # the launch order: the claim's columns first (base, LEGW at x16 and x64, the baselines at x64),
 # then their other seeds, the ablations and sensitivity at x64, the noise run, the baselines at
 # x16; the ablations at x16 last (the first runs left out if the plan outgrows its budget)
+# the runs added after the protocol's sweep had run, declared after its 30 (so they start first
+# once those are done, and the table keeps its columns' order): LEGW's seed 0 at x2, x4 and x8,
+# the no-scaling baseline there, the ablations, LEGW's other seeds; the no-warmup baseline on the
+# ladder last (the first left out if the plan outgrows its budget), then the tuning grid at 320
+# (its stage comes after the plan's own runs)
+NEW_FIRST = (
+    "b40_legw_s0",
+    "b80_legw_s0",
+    "b160_legw_s0",
+    "b40_none_s0",
+    "b80_none_s0",
+    "b160_none_s0",
+    "b20_base_noclip_s0",
+    "b320_legw_noclip_s0",
+    "b1280_legw_noclip_s0",
+    "b320_legw_wu0.0625_s0",
+    "b320_legw_wu0.125_s0",
+    "b40_legw_s1",
+    "b80_legw_s1",
+    "b160_legw_s1",
+    "b40_legw_s2",
+    "b80_legw_s2",
+    "b160_legw_s2",
+    "b40_sqrt_s0",
+    "b80_sqrt_s0",
+    "b160_sqrt_s0",
+)
 CLAIM_FIRST = (
     "b20_base_s0",
     "b1280_legw_s0",
@@ -89,18 +167,7 @@ EXPERIMENT = Experiment(
     ),
     more_plans={
         "paper_model": Plan(
-            started_first(
-                sweep(
-                    20,
-                    (1, 16, 64),
-                    SCHEMES,
-                    "corpus=kjv,size=small",
-                    PAPER_MODEL,
-                    side_seeds=(0,),
-                    config=CONFIG,
-                ),
-                CLAIM_FIRST,
-            ),
+            paper_model_runs(),
             PAPER_MODEL_BUDGET,
             caveats="Perplexities are over the KJV's 10k-word vocabulary, not comparable with "
             "PTB's (the paper's PTB-small: about 115). The tuned column is at 1280 only: with the "
@@ -112,7 +179,7 @@ EXPERIMENT = Experiment(
                 epochs=13.0,
                 factors=(0.25, 0.5, 1.0, 2.0, 4.0),
                 stretch=stretch,
-                batches=(1280,),
+                batches=(320, 1280),
                 cost="2 grid runs beside the 3 the sweep has at 1280 (x0.5, x1, x2), up to 4 more "
                 "where the grid widens, up to 2 seeds of the best point and 2 budget runs (26 and "
                 "52 epochs): 75M-130M tokens, about 2.5-4.5 h of the two cores at about 4,000 "

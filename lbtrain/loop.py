@@ -49,9 +49,26 @@ class _Logged:
     step: int
     metrics: Any
     record: Any  # a copy of nan_record(state): the state itself is donated to the next step
+    clip: Any = None  # the clip figures summed since the previous row (runs with a clip)
 
 
 _copy = jax.jit(lambda tree: jax.tree.map(jnp.copy, tree))
+# the per-update figures a row sums over the updates since the previous row (runs with a clip)
+CLIP_KEYS = ("clipped", "effective_lr")
+
+
+@jax.jit
+def _add_clip(total, metrics):
+    """``total`` (updates, clipped, summed effective LR) with one more update's figures."""
+    return total + jnp.stack([jnp.float32(1.0), metrics["clipped"], metrics["effective_lr"]])
+
+
+def clip_row(total) -> dict[str, float]:
+    """A row's clip figures from its ``total``: the fraction of its updates that were clipped, the
+    mean effective LR over them, and how many updates they cover (``log_every``, or fewer in the
+    first row after a resume between two rows)."""
+    n, clipped, lr_sum = (float(x) for x in jax.device_get(total))
+    return {"clip_fraction": clipped / n, "effective_lr_mean": lr_sum / n, "clip_updates": n}
 
 
 def _as_is(batch):
@@ -147,7 +164,13 @@ class _Session:
         the step ended)."""
         check_finite(logged.record, self.state.params, self.config.nan_policy, self.checkpoints)
         step = logged.step
-        m = {k: float(v) for k, v in jax.device_get(logged.metrics).items()}
+        m = {
+            k: float(v)
+            for k, v in jax.device_get(logged.metrics).items()
+            if k not in CLIP_KEYS  # one update's: the row has their sums (clip_row)
+        }
+        if logged.clip is not None:
+            m.update(clip_row(logged.clip))
         m[f"{self.plan.unit}_per_sec"] = self.progress.update(
             step, m["loss"], m["lr"], m.get("loss_per_token")
         )
@@ -197,9 +220,12 @@ def _iterate(s: _Session, preemption: PreemptionWatch) -> bool:
     feed = run.global_batch if jax.process_count() > 1 else _as_is
     pending = None
     window = parallel.DispatchWindow()  # the metrics of the steps not yet waited for
+    clip = None  # the clip figures since the last row, summed on the device (runs with a clip)
     while step < total:
         s.state, metrics = run.train_step(s.state, feed(next(data_iter)))
         window.push(metrics)
+        if CLIP_KEYS[0] in metrics:
+            clip = _add_clip(jnp.zeros(3, jnp.float32) if clip is None else clip, metrics)
         step += 1
         if step == first + 1:  # this step compiled the train step: rates and the ETA start after it
             jax.block_until_ready(s.state)
@@ -209,7 +235,8 @@ def _iterate(s: _Session, preemption: PreemptionWatch) -> bool:
             pending = None
         logged = step % plan.log_every == 0 or step == total
         if logged:
-            pending = _Logged(step, metrics, _copy(nan_record(s.state)))
+            pending = _Logged(step, metrics, _copy(nan_record(s.state)), clip)
+            clip = None
         evaluated = step % plan.eval_every == 0 or step == total
         due = step % plan.checkpoint_every == 0 or step == total
         preempted = preemption.requested(step, due or logged or evaluated)

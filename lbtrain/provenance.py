@@ -62,7 +62,8 @@ def versions() -> dict:
 
 
 def hardware() -> dict:
-    """The devices JAX sees (platform, kind, count), the processes, the host's CPU count and
+    """The devices JAX sees (platform, kind, count), the processes, the host's CPU count, the
+    cores this process may run on (its affinity: fewer than the count where it was pinned) and
     machine, and the host_malloc mode in force."""
     import jax
 
@@ -73,6 +74,7 @@ def hardware() -> dict:
         "devices": len(devices),
         "processes": jax.process_count(),
         "cpu_count": os.cpu_count(),
+        "cpu_affinity": sorted(os.sched_getaffinity(0)),
         "machine": platform.machine(),
         "host_malloc": hostmem.state()["mode"],
     }

@@ -198,6 +198,7 @@ def build(config, workdir: str | None = None, *, data=None) -> Run:
         max_consecutive_skips=config.max_consecutive_skips,
         log_every=log_every,
         total_steps=oplan.total_steps,
+        clip_norm=float(config.optim.get("clip_norm", 0.0) or 0.0),
     )
     train_step = step.jit_train_step(train_graphdef, tx, task, mesh, state, settings)
     evaluate = task.evaluator(

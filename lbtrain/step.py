@@ -49,6 +49,7 @@ class StepSettings:
     max_consecutive_skips: int = 0
     log_every: int = 1
     total_steps: int = 0
+    clip_norm: float = 0.0
 
     def logged(self, n: jax.Array) -> jax.Array:
         """Whether the loop logs after update ``n``."""
@@ -190,6 +191,8 @@ def step_metrics(
         # what the loss averages over in this update (examples, sequences or tokens)
         "loss_count": g.count,
     }
+    if settings.clip_norm > 0:
+        metrics.update(clip_metrics(metrics["grad_norm"], lr, settings.clip_norm))
     tokens = task.token_count(batch) if isinstance(task, CountsTokens) else None
     if tokens is not None:  # the loss is per sequence: also log it per token (log perplexity)
         metrics["loss_per_token"] = g.loss_sum / tokens
@@ -204,6 +207,16 @@ def step_metrics(
         r = jnp.stack(jax.tree.leaves(ratios))
         metrics.update(trust_ratio_min=r.min(), trust_ratio_mean=r.mean(), trust_ratio_max=r.max())
     return metrics
+
+
+def clip_metrics(grad_norm, lr, clip_norm: float) -> dict[str, jax.Array]:
+    """Whether global-norm clipping at ``clip_norm`` shrank this update (``clipped``: 1 or 0), and
+    the LR it effectively applied: ``lr x min(1, clip_norm / |g|)``, since clipping scales the
+    gradient by that factor before the optimizer sees it (for plain SGD the update is exactly
+    ``effective_lr x g``)."""
+    clipped = grad_norm > clip_norm
+    scale = jnp.where(clipped, clip_norm / jnp.where(clipped, grad_norm, 1.0), 1.0)
+    return {"clipped": clipped.astype(jnp.float32), "effective_lr": lr * scale}
 
 
 def train_step(
