@@ -109,7 +109,7 @@ _PIN = (
 
 
 def pinned(argv: list[str], cores: tuple[int, ...]) -> list[str]:
-    """``argv`` run pinned to ``cores``: a small Python that sets its own affinity, then execs it."""
+    """``argv`` run pinned to ``cores``: a small Python sets its own affinity, then execs it."""
     program = argv[0] if os.path.isabs(argv[0]) else shutil.which(argv[0]) or argv[0]
     return [sys.executable, "-c", _PIN, ",".join(map(str, cores)), program, *argv[1:]]
 
