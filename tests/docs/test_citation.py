@@ -1,5 +1,6 @@
 """LICENSE is the Apache License 2.0 that pyproject.toml declares, word for word, and CITATION.cff
-is valid Citation File Format that cites the paper and agrees with pyproject.toml.
+is valid Citation File Format that cites the paper and agrees with pyproject.toml; the project
+names itself an independent implementation of the paper, never its authors' own.
 
 The validator is cffconvert (the ``docs`` extra, which ``make`` installs). Where it is missing the
 schema test skips in one line, except under ``CI=true``, where it fails."""
@@ -87,3 +88,33 @@ def test_the_citation_names_the_paper_and_agrees_with_pyproject():
         "doi": "10.1145/3295500.3356137",
         "url": "https://arxiv.org/abs/1901.08256",
     }
+
+
+def tracked_text_files() -> list[pathlib.Path]:
+    listed = subprocess.run(
+        ["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, check=True, timeout=60
+    ).stdout.decode()
+    suffixes = {".md", ".py", ".cff", ".toml", ".yaml", ".yml", ".txt", ".cfg", ""}
+    paths = [ROOT_PATH / p for p in listed.split("\0") if p]
+    return [p for p in paths if p.suffix in suffixes and p.is_file()]
+
+
+def test_the_project_names_itself_an_independent_implementation():
+    """lbtrain implements the paper without being its authors' code, and says so wherever it names
+    itself; the paper's six authors are named as the paper's."""
+    cff = yaml.safe_load(CITATION.read_text())
+    assert "an independent JAX implementation" in cff["title"]
+    assert PYPROJECT["description"].startswith("An independent JAX implementation")
+    authors = "Yang You, Jonathan Hseu, Chris Ying, James Demmel, Kurt Keutzer and Cho-Jui Hsieh"
+    for page in ("README.md", "docs/index.md"):
+        opening = " ".join((ROOT_PATH / page).read_text().split("\n\n")[1].split())
+        assert "an independent JAX implementation" in opening, page
+        assert authors in opening, page
+    # the old name, spelt in two words so that this file does not hold it
+    old_name = " ".join(("reference", "implementation"))
+    found = [
+        str(p.relative_to(ROOT_PATH))
+        for p in tracked_text_files()
+        if old_name in p.read_text(errors="replace").lower()
+    ]
+    assert found == []
