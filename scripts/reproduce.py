@@ -182,12 +182,23 @@ _EXTRA = flags.DEFINE_multi_string(
 
 def render_one(exp, plan_name: str, results: str, out_dir: str) -> bool:
     """Render ``<out_dir>/<name>[_<plan>].{md,csv}`` and its plots from the runs published under
-    ``results``; True when the plots were left out (no matplotlib)."""
+    ``results``; True when the plots were left out (no matplotlib). A plan with no run published
+    gets no files, and one line saying so."""
     command = "python scripts/reproduce.py --experiment=" + exp.name
     if plan_name != "full":
         command += f" --plan={plan_name}"
-    os.makedirs(out_dir, exist_ok=True)
     results_dir = os.path.join(results, exp.tag(plan_name))
+    plan = exp.plan(plan_name)
+    # a page without runs would be empty tables and unknown versions: evidence of nothing
+    if not any(runfiles.published(r.name, results_dir) for r in plan.runs):
+        why = (
+            f"none of its {len(plan.runs)} runs is published under {results_dir}"
+            if plan.runs
+            else f"the plan has no runs ({plan.budget})"
+        )
+        print(f"{exp.tag(plan_name)}: no page written: {why}")
+        return False
+    os.makedirs(out_dir, exist_ok=True)
     out_prefix = os.path.join(out_dir, exp.tag(plan_name))
     s, plots_skipped = report.render(exp, plan_name, results_dir, out_prefix, command)
     print(f"rendered {s.finished}/{len(s.rows)} runs -> {out_prefix}.md")
