@@ -94,13 +94,33 @@ def dropped_fraction(run_plan: dict) -> float | None:
     return 1.0 - spe * b / n
 
 
+# the noise scale per window of training: at least this many logged estimates a window, a
+# percentile bootstrap of this many resamples (a fixed seed: the page renders byte for byte) at
+# this confidence
+NOISE_MIN_ESTIMATES = 30
+NOISE_BOOTSTRAP = 2000
+NOISE_CONFIDENCE = 0.95
+
+
 def noise_scale(d: dict | None) -> list[dict]:
-    """B_simple = tr(Sigma) / |G|^2 from the noise run's logged terms, averaged over the first,
-    middle and last tenth of training (ratio of means), with the loss's count per update (its
-    unit)."""
+    """B_simple = tr(Sigma) / |G|^2 from the noise run's logged terms, over the first, middle and
+    last tenth of training after the warmup (the estimates logged inside the warmup are left out:
+    the gradient there is not the one training settles into), each as a ratio of means with a
+    percentile bootstrap interval over the window's estimates (resampled together, so the ratio's
+    interval keeps their correlation).
+
+    A window is measured only with at least :data:`NOISE_MIN_ESTIMATES` estimates and an |G|^2
+    interval wholly above 0: else ``b_simple`` is None and ``why`` says which (a window whose
+    |G|^2 may be 0 or negative gives a ratio of noise). Each window also carries its |G|^2 mean
+    and interval, the count of its estimates and how many of them are negative."""
     if not d:
         return []
-    rows = [r for r in d["rows"] if r.get("kind") == "train" and "noise_trace" in r]
+    warmup = (d.get("plan") or {}).get("warmup_steps") or 0
+    rows = [
+        r
+        for r in d["rows"]
+        if r.get("kind") == "train" and "noise_trace" in r and r["step"] > warmup
+    ]
     if not rows:
         return []
     n = len(rows)
@@ -109,19 +129,41 @@ def noise_scale(d: dict | None) -> list[dict]:
         "middle tenth": rows[n * 9 // 20 : n * 11 // 20 or 1],
         "last tenth": rows[-max(n // 10, 1) :],
     }
-    out = []
-    for name, w in windows.items():
-        g = statistics.fmean(r["noise_grad_sq"] for r in w)
-        t = statistics.fmean(r["noise_trace"] for r in w)
-        count = statistics.fmean(r.get("loss_count", float("nan")) for r in w)
-        out.append(
-            {
-                "window": name,
-                "steps": f"{w[0]['step']}-{w[-1]['step']}",
-                "b_simple": t / g if g > 0 else None,
-                "count_per_update": count,
-            }
-        )
+    return [_noise_window(name, w) for name, w in windows.items()]
+
+
+def _noise_window(name: str, w: list[dict]) -> dict:
+    import numpy as np
+
+    g = np.array([r["noise_grad_sq"] for r in w], np.float64)
+    t = np.array([r["noise_trace"] for r in w], np.float64)
+    out = {
+        "window": name,
+        "steps": f"{w[0]['step']}-{w[-1]['step']}",
+        "estimates": len(w),
+        "negative": int((g <= 0).sum()),
+        "grad_sq": float(g.mean()),
+        "grad_sq_interval": None,
+        "b_simple": None,
+        "b_simple_interval": None,
+        "count_per_update": statistics.fmean(r.get("loss_count", float("nan")) for r in w),
+        "why": None,
+    }
+    if len(w) < NOISE_MIN_ESTIMATES:
+        out["why"] = f"{len(w)} estimates, fewer than {NOISE_MIN_ESTIMATES}"
+        return out
+    rng = np.random.default_rng(0)
+    picks = rng.integers(0, len(w), size=(NOISE_BOOTSTRAP, len(w)))
+    gs, ts = g[picks].mean(axis=1), t[picks].mean(axis=1)
+    tail = 100 * (1 - NOISE_CONFIDENCE) / 2
+    lo, hi = (float(x) for x in np.percentile(gs, [tail, 100 - tail]))
+    out["grad_sq_interval"] = (lo, hi)
+    if lo <= 0:
+        out["why"] = "|G|^2 within its noise"
+        return out
+    ratio = ts / gs
+    out["b_simple"] = float(t.mean() / g.mean())
+    out["b_simple_interval"] = tuple(float(x) for x in np.percentile(ratio, [tail, 100 - tail]))
     return out
 
 
@@ -140,7 +182,8 @@ def cells(exp: Experiment, rows: list[dict]) -> dict:
 def aggregate(rs: list[dict]) -> dict:
     """A cell's numbers over the seeds of one setting: final mean +- se, steps to target, reached
     count."""
-    final, final_se = mean_se([r["final"] for r in rs if "final" in r])
+    finals = [r["final"] for r in rs if "final" in r]
+    final, final_se = mean_se(finals)
     reached = [r for r in rs if r.get("steps_to_target") is not None]
     fractions = [
         r["target_at_budget_fraction"]
@@ -150,6 +193,9 @@ def aggregate(rs: list[dict]) -> dict:
     return {
         "final": final,
         "final_se": final_se,
+        # the finals' range, shown beside mean +- s.e. where 2 or 3 seeds make the s.e. rough
+        "final_range": (min(finals), max(finals)) if len(finals) > 1 else None,
+        "above_reference": sum(bool(r.get("above_reference")) for r in rs),
         "seeds": len(rs),
         "reached": len(reached),
         "stopped": sum(bool(r.get("stopped")) for r in rs),

@@ -9,16 +9,25 @@ import os
 
 from experiments import runfiles
 from experiments.report import tuned
-from experiments.report.numbers import TUNING_ROLES
+from experiments.report.numbers import NOISE_CONFIDENCE, NOISE_MIN_ESTIMATES, TUNING_ROLES
 from experiments.report.summary import Summary
 from experiments.report.text import (
     PROTOCOL,
     cell_text,
+    RANGE_SEEDS,
     fmt,
     hardware_text,
+    mean_text,
     plural,
     wall_clock_text,
 )
+
+
+def _range_note(most: int) -> str:
+    """What the cells add where few seeds make the standard error rough."""
+    if not 1 < most <= RANGE_SEEDS:
+        return ""
+    return f", then in brackets the lowest and highest final over the seeds (n <= {RANGE_SEEDS})"
 
 
 def seeds_line(rows: list[dict]) -> str:
@@ -36,15 +45,17 @@ def seeds_line(rows: list[dict]) -> str:
         seeds = next(iter(groups), ())
         return (
             f"- Seeds: {len(seeds)} per setting ({', '.join(map(str, seeds))}); cells show the "
-            f"mean over seeds +- its standard error{tail}"
+            f"mean over seeds +- its standard error (the standard deviation over the seeds / "
+            f"sqrt(n)){_range_note(len(seeds))}{tail}"
         )
     parts = [
         f"{len(ss)} ({', '.join(map(str, ss))}) for {', '.join(f'`{c}`' for c in cols)}"
         for ss, cols in sorted(groups.items(), key=lambda g: (-len(g[0]), g[0]))
     ]
     return (
-        f"- Seeds: {'; '.join(parts)}. Cells show the mean over seeds +- its standard error (none "
-        f"for a single seed){tail}"
+        f"- Seeds: {'; '.join(parts)}. Cells show the mean over seeds +- its standard error (the "
+        "standard deviation over the seeds / sqrt(n); none for a single seed)"
+        f"{_range_note(max(len(ss) for ss in groups))}{tail}"
     )
 
 
@@ -176,9 +187,28 @@ def main_table(s: Summary, tuned_cells: dict[str, str]) -> list[str]:
             per_row = (
                 n["count_per_update"] / base["batch"] if base and n["count_per_update"] else None
             )
+            # only where the window measured B_simple (its |G|^2 clear of 0)
             row.append(fmt(k * per_row / n["b_simple"], 2) if per_row and n["b_simple"] else "-")
         lines.append("| " + " | ".join(row) + " |")
-    return lines
+    return lines + reference_lines(s)
+
+
+def reference_lines(s: Summary) -> list[str]:
+    """A language model's reference perplexities under its batch table."""
+    ref = s.reference
+    if not ref:
+        return []
+    uniform = f"a uniform guess over the V = {ref['uniform']:,} words scores {ref['uniform']:,}"
+    if ref["unigram"] is None:
+        return ["", f"Reference (no run): {uniform}; the corpus was not readable here."]
+    return [
+        "",
+        f"Reference (no run): the training set's unigram frequencies score {s.exp.split} "
+        f"perplexity {fmt(ref['unigram'])}, and {uniform}. A run that ends above the unigram "
+        "(counted in its cell) learned nothing a word count does not know; one whose per-token "
+        f"train loss exceeds ln V = {ref['ln_v']:.2f} has diverged there (every run's first such "
+        "update is in the table of every run).",
+    ]
 
 
 def group_table(s: Summary, tuned_cells: dict[str, str]) -> list[str]:
@@ -194,8 +224,7 @@ def group_table(s: Summary, tuned_cells: dict[str, str]) -> list[str]:
             out.append(
                 "-"
                 if v is None or v["final"] is None
-                else f"{fmt(v['final'])}{' +- ' + fmt(v['final_se'], 2) if v['final_se'] else ''} "
-                f"(target {v['reached']}/{v['seeds']})"
+                else f"{mean_text(v)} (target {v['reached']}/{v['seeds']})"
             )
         if tuned_cells:
             out.append(tuned_cells.get(g, "-"))
@@ -236,22 +265,42 @@ def title_lines(s: Summary, command: str, verdicts: list[str]) -> list[str]:
     ]
 
 
+def _noise_window_text(x: dict) -> str:
+    """One window of the noise scale: B_simple with its interval, or why it is not measured."""
+    head = f"{x['window']} (steps {x['steps']}, {x['estimates']} estimates"
+    g = x["grad_sq_interval"]
+    if x["b_simple"] is None:
+        if g is None:
+            return f"{head}): not measured ({x['why']})"
+        return (
+            f"{head}, {x['negative']} of them negative): not measured (|G|^2 within its noise: "
+            f"{fmt(x['grad_sq'], 3)}, interval {fmt(g[0], 2)} to {fmt(g[1], 2)})"
+        )
+    lo, hi = x["b_simple_interval"]
+    return (
+        f"{head}): {fmt(x['b_simple'], 3)} ({fmt(lo, 2)} to {fmt(hi, 2)}) against a base batch "
+        f"of {fmt(x['count_per_update'], 4)}"
+    )
+
+
 def noise_lines(noise: list[dict]) -> list[str]:
-    """The base run's gradient noise scale, per window of training."""
+    """The base run's gradient noise scale, per window of training, with what its intervals allow
+    one to say."""
     if not noise:
         return []
+    conf = f"{NOISE_CONFIDENCE:.0%}"
     return [
         "",
         "Gradient noise scale B_simple = tr(Sigma) / |G|^2 of the base run (McCandlish et "
-        "al. 2018), in the loss's units per update: "
-        + "; ".join(
-            f"{x['window']} (steps {x['steps']}): {fmt(x['b_simple'], 3)} against a base "
-            f"batch of {fmt(x['count_per_update'], 4)}"
-            for x in noise
-        )
-        + ". A batch well above B_simple gains "
-        "little per step from its size: within a fixed epoch budget it takes fewer, barely "
-        "better steps.",
+        "al. 2018), in the loss's units per update, over windows of training after the warmup, "
+        f"with {conf} percentile bootstrap intervals over each window's estimates (a window "
+        f"needs {NOISE_MIN_ESTIMATES}, and an |G|^2 interval above 0): "
+        + "; ".join(_noise_window_text(x) for x in noise)
+        + ". The estimator pairs the base batch with its own halves, so late in training, where "
+        "|G|^2 is small against the noise, it often cannot resolve |G|^2. Read B_simple only "
+        "through its interval: a batch far above the interval gains little per update from its "
+        "size, one far below it gains almost in proportion; a window that is not measured says "
+        "neither.",
     ]
 
 
@@ -274,31 +323,40 @@ def sensitivity_table(s: Summary) -> list[str]:
             "reached": 0,
             "seeds": 0,
         }
-        se = v["final_se"]
         lines.append(
-            f"| {f:g} | {fmt(v['final'])}{' +- ' + fmt(se, 2) if se else ''} | "
+            f"| {f:g} | {mean_text(v) if v['final'] is not None else '-'} | "
             f"{fmt(v['steps_to_target'])} ({v['reached']}/{v['seeds']}) |"
         )
     return lines
 
 
-def every_run_table(rows: list[dict]) -> list[str]:
-    """One line per run, the unfinished ones with their status only."""
-    lines = [
-        "",
-        "Every run:",
-        "",
+def _blowup_text(r: dict) -> str:
+    """Where a language model's run first diverged (its train loss above ln V), or "-"."""
+    if r.get("blowup_step") is None:
+        return "-"
+    return f"{r['blowup_step']} (lr {fmt(r['blowup_lr'], 3)}, {r['blowup_phase']})"
+
+
+def every_run_table(rows: list[dict], reference: dict | None = None) -> list[str]:
+    """One line per run, the unfinished ones with their status only; for a language model, where
+    its train loss first exceeded ln V, and a run that ends above the unigram says so."""
+    lm = reference is not None
+    head = (
         "| run | batch | scheme | seed | peak lr | warmup steps | steps | final | best | steps to "
-        "target | train s to target | status |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
-    ]
+        "target | train s to target | "
+        + ("first loss > ln V (lr, phase) | " if lm else "")
+        + "status |"
+    )
+    lines = ["", "Every run:", "", head, "|" + "---|" * (13 if lm else 12)]
     for r in rows:
+        blowup = [_blowup_text(r)] if lm else []
         if "final" not in r:
+            empty = " |" * (9 if lm else 8)  # the columns between the seed and the status
             lines.append(
-                f"| {r['run']} | {r['batch']} | {r['scheme']} | {r['seed']} | | | | | | | | "
-                f"{r['status']} |"
+                f"| {r['run']} | {r['batch']} | {r['scheme']} | {r['seed']}{empty} {r['status']} |"
             )
             continue
+        status = r["status"] + (", above the unigram" if r.get("above_reference") else "")
         cols = [
             r["run"],
             str(r["batch"]),
@@ -311,7 +369,8 @@ def every_run_table(rows: list[dict]) -> list[str]:
             fmt(r["best"]),
             fmt(r["steps_to_target"]),
             fmt(r["time_to_target_s"], 3),
-            r["status"],
+            *blowup,
+            status,
         ]
         lines.append("| " + " | ".join(cols) + " |")
     return lines
@@ -327,7 +386,8 @@ def write_markdown(s: Summary, path: str, command: str) -> None:
         lines += [
             "Each cell: final "
             + m
-            + " (mean +- s.e.) and, in brackets, the mean number of updates to the "
+            + " (mean +- standard error over the seeds, [lowest, highest] for 2-3 seeds) and, "
+            "in round brackets, the mean number of updates to the "
             "target over the seeds that reached it, the step speedup over the base batch and how "
             "many seeds reached it.",
             "",
@@ -335,7 +395,7 @@ def write_markdown(s: Summary, path: str, command: str) -> None:
         lines += main_table(s, cells) + noise_lines(s.noise) + sensitivity_table(s)
     else:
         lines += group_table(s, cells)
-    lines += tuned.sections(s, verdicts) + every_run_table(rows)
+    lines += tuned.sections(s, verdicts) + every_run_table(rows, s.reference)
     stem = os.path.basename(path)[:-3]
     tuned_plot = f", [the tuned LR against batch size]({stem}_lr_vs_batch.png)" if cells else ""
     lines += [

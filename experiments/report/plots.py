@@ -111,6 +111,24 @@ def _group_bars(ax, s: Summary) -> None:
     ax.set_xticks([j + width * (len(schemes) - 1) / 2 for j in range(len(groups))], groups)
 
 
+def _references(ax, s: Summary) -> None:
+    """A language model's reference perplexities as horizontal lines: the training set's unigram
+    and a uniform guess over V."""
+    ref = s.reference
+    if not ref:
+        return
+    if ref["unigram"] is not None:
+        label = f"unigram (train frequencies) {fmt(ref['unigram'])}"
+        ax.axhline(ref["unigram"], color="black", linewidth=1, linestyle=":", label=label)
+    ax.axhline(
+        ref["uniform"],
+        color="black",
+        linewidth=1,
+        linestyle="-.",
+        label=f"uniform (V) {ref['uniform']}",
+    )
+
+
 def metric_vs_batch(s: Summary, path: str, unit_label: str) -> None:
     """The final metric per scheme against batch size (per optimizer group: bars), with the
     target."""
@@ -127,6 +145,9 @@ def metric_vs_batch(s: Summary, path: str, unit_label: str) -> None:
         ax.set_xlabel("optimizer")
     if target is not None:
         ax.axhline(target, color="grey", linewidth=1, linestyle="--", label=f"target {fmt(target)}")
+    _references(ax, s)
+    if s.reference:  # perplexities from the base's to diverged runs' span decades
+        ax.set_yscale("log")
     ax.set_ylabel(ylabel)
     ax.set_title(f"{exp.name}: final {ylabel} (mean +- s.e. over seeds)")
     ax.legend(fontsize=8)
@@ -171,6 +192,8 @@ def curves(s: Summary, kind: str, path: str) -> None:
         )
     if kind == "curves" and target is not None:
         ax.axhline(target, color="grey", linewidth=1, linestyle="--", label=f"target {fmt(target)}")
+    if kind == "curves":
+        _references(ax, s)
     ax.set_xlabel("epoch")
     ax.set_ylabel(f"{exp.split} {m}" if kind == "curves" else "learning rate (as logged)")
     if kind == "curves" and exp.direction == "min":

@@ -18,6 +18,7 @@ from experiments.report.numbers import (
     noise_scale,
     summarize_run,
 )
+from experiments.report.references import LM_METRIC, first_blowup, lm_reference
 
 Cell = dict  # numbers.aggregate's numbers over the seeds of one setting
 
@@ -67,6 +68,9 @@ class Summary:
     # group ("" for a batch sweep) -> (batch, tuned peak LR) of its settled lines, in line order
     lr_points: Mapping[str, tuple[tuple[int, float], ...]]
     unit: str  # what a batch counts: "ex" (examples), "tok" (token streams) or "img" (images)
+    # a language model's reference perplexities (references.lm_reference): the training set's
+    # unigram and a uniform guess over V; None for other metrics
+    reference: dict | None = None
 
     @property
     def finished(self) -> int:
@@ -91,6 +95,12 @@ def build(exp: Experiment, plan_name: str, results_dir: str) -> Summary:
     base_best = [summarize_run(exp, r, data[r.name], None).get("best") for r in bases]
     target = exp.target([b for b in base_best if b is not None], plan_name)
     rows = tuple(summarize_run(exp, r, data[r.name], target) for r in runs)
+    reference = None
+    if exp.metric == LM_METRIC:
+        config = next((d["config"] for d in data.values() if d and d.get("config")), None)
+        reference = lm_reference(config, exp.split)
+        if reference:
+            rows = tuple(lm_row(r, data[r["run"]], reference) for r in rows)
     table = cells(exp, list(rows))
     base = next((v for (_, c), v in table.items() if c == "base"), None)
     by_name = {r["run"]: r for r in rows}
@@ -113,7 +123,22 @@ def build(exp: Experiment, plan_name: str, results_dir: str) -> Summary:
         tuned=tuned,
         lr_points=lr_points(tuned),
         unit=next((d["run_plan"].get("unit") for d in data.values() if d and d["run_plan"]), "ex"),
+        reference=reference,
     )
+
+
+def lm_row(row: dict, d: dict | None, reference: dict) -> dict:
+    """A language model's row with what its reference perplexities tell of it: whether it ends
+    above the training set's unigram, and where its train loss first exceeded ln V."""
+    out = dict(row)
+    unigram = reference["unigram"]
+    if "final" in row and unigram is not None:
+        out["above_reference"] = row["final"] > unigram
+    if d:
+        blowup = first_blowup(d["rows"], reference["ln_v"], d.get("plan") or {})
+        if blowup:
+            out.update({f"blowup_{k}": v for k, v in blowup.items()})
+    return out
 
 
 def _ended(by: Mapping[str, dict], names) -> list[dict]:

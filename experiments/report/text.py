@@ -17,14 +17,31 @@ def fmt(v, digits=4) -> str:
     return str(v)
 
 
+# the most seeds for which a cell shows its finals' range beside mean +- s.e.
+RANGE_SEEDS = 3
+
+
+def mean_text(v: dict) -> str:
+    """A cell's final value: ``mean +- s.e. [min, max]`` over its seeds (the range where there
+    are 2 or 3 of them), the mean alone for one."""
+    se = f" +- {fmt(v['final_se'], 2)}" if v.get("final_se") is not None else ""
+    rng = v.get("final_range")
+    shown = f" [{fmt(rng[0])}, {fmt(rng[1])}]" if rng and v["seeds"] <= RANGE_SEEDS else ""
+    return f"{fmt(v['final'])}{se}{shown}"
+
+
 def cell_text(v: dict | None, base_steps: float | None) -> str:
-    """``final +- se (steps to target, step speedup over the base, reached/seeds)``."""
+    """``final +- se [min, max] (steps to target, step speedup over the base, reached/seeds)``;
+    a cell whose runs end above the reference (a language model's training-set unigram
+    perplexity) says how many."""
     if v is None:
         return "-"
     stopped = f", diverged {v['stopped']}/{v['seeds']}" if v["stopped"] else ""
+    if v.get("above_reference"):
+        stopped += f", above the unigram {v['above_reference']}/{v['seeds']}"
     if v["final"] is None:
         return f"diverged {v['stopped']}/{v['seeds']}"
-    se = f" +- {fmt(v['final_se'], 2)}" if v["final_se"] is not None else ""
+    se = mean_text(v)[len(fmt(v["final"])) :]
     if v["steps_to_target"] is None:
         return f"{fmt(v['final'])}{se} (target 0/{v['seeds']}{stopped})"
     speed = f", x{base_steps / v['steps_to_target']:.2g}" if base_steps else ""

@@ -12,7 +12,7 @@ from support.fake_runs import fake_experiment, fake_run
 
 from experiments import report
 from experiments.common import Experiment, Plan, Run, sweep
-from experiments.report import page, summary
+from experiments.report import numbers, page, summary
 
 
 def experiment():
@@ -45,7 +45,8 @@ def test_targets_steps_seeds_divergence_and_noise(tmp_path):
     )
     fake_run(tmp_path, "b40_linear_s1", [0.2, 0.3, 0.4, 0.5, 0.6], 40)
     # B_simple: trace / |G|^2 = 20 in every window, so the batch of 40 is 2x it and the base 0.5x
-    fake_run(tmp_path, "b10_noise", [0.5], 10, noise=[(1.0, 20.0)] * 20)
+    # (400 estimates: 39 or 40 a tenth once the 2 warmup updates are left out)
+    fake_run(tmp_path, "b10_noise", [0.5], 10, noise=[(1.0, 20.0)] * 400)
 
     exp = experiment()
     s = summary.build(exp, "local", str(tmp_path))
@@ -64,6 +65,8 @@ def test_targets_steps_seeds_divergence_and_noise(tmp_path):
         "stopped: non-finite"
     )
     assert [n["b_simple"] for n in s.noise] == [20.0, 20.0, 20.0]
+    assert [n["b_simple_interval"] for n in s.noise] == [(20.0, 20.0)] * 3
+    assert s.noise[0]["steps"].startswith("3-")  # the warmup's 2 updates left out
     assert s.finished == 6  # the diverged run has no final value
     # the base cell: both seeds reach the target, at steps 40 and 30; no tuned column
     assert s.base is s.cells[(10, "base")] and s.base["reached"] == 2 and s.base_steps == 35
@@ -89,9 +92,12 @@ def test_targets_steps_seeds_divergence_and_noise(tmp_path):
     assert f"Target: accuracy >= {target:.4g}" in md
     assert "(35 steps, x1, 2/2)" in md  # the base: the mean of 40 and 30
     # 35 / 20
+    # mean +- s.e., then the two seeds' range
     assert (
-        f"| 40 | 4 | {legw['final']:.4g} +- {legw['final_se']:.2g} (20 steps, x1.8, 1/2) | " in md
+        f"| 40 | 4 | {legw['final']:.4g} +- {legw['final_se']:.2g} [0.8, 0.95] (20 steps, x1.8, "
+        "1/2) | " in md
     )
+    assert "then in brackets the lowest and highest final over the seeds" in md
     # batch / B_simple = 40 / 20 in each window
     assert "0.6 (target 0/2, diverged 1/2) | 2 | 2 | 2 |" in md
     first = {
@@ -303,6 +309,47 @@ def test_a_group_table_holds_each_group_and_scheme_over_its_finished_runs(tmp_pa
     assert page.group_table(s, {}) == [
         "| optimizer | legw | none |",
         "|---|---|---|",
-        "| adam | 0.85 +- 0.05 (target 1/2) | 0.7 (target 0/1) |",
+        "| adam | 0.85 +- 0.05 [0.8, 0.9] (target 1/2) | 0.7 (target 0/1) |",
         "| lars | 0.95 (target 1/1) | - |",
     ]
+
+
+def _noise_rows(grad_sq, trace, warmup=0):
+    """Logged train rows of a noise run: one estimate pair each, after ``warmup`` updates."""
+    return {
+        "plan": {"warmup_steps": warmup},
+        "rows": [
+            {"step": i + 1, "kind": "train", "noise_grad_sq": g, "noise_trace": t, "loss_count": 8}
+            for i, (g, t) in enumerate(zip(grad_sq, trace))
+        ],
+    }
+
+
+def test_a_noise_window_whose_true_grad_sq_is_zero_is_not_measured():
+    """|G|^2 estimates centred on 0 (true |G|^2 = 0): the ratio of means would be any number, so
+    every window says not measured and gives no B_simple; its interval straddles 0."""
+    import numpy as np
+
+    rng = np.random.default_rng(7)
+    x = rng.normal(0.0, 1.0, 1500)
+    g = np.stack([x, -x], axis=1).reshape(-1)  # pairs +x, -x: every window's mean is exactly 0
+    t = 20.0 + rng.normal(0.0, 1.0, 3000)
+    for w in numbers.noise_scale(_noise_rows(g, t)):
+        lo, hi = w["grad_sq_interval"]
+        assert lo < 0 < hi
+        assert w["b_simple"] is None and w["why"] == "|G|^2 within its noise"
+        assert 0 < w["negative"] < w["estimates"]
+    # the same noise around |G|^2 = 4: measured, and the interval holds the true 20 / 4
+    for w in numbers.noise_scale(_noise_rows(4.0 + g, t)):
+        lo, hi = w["b_simple_interval"]
+        assert w["why"] is None and lo < 5.0 < hi and lo < w["b_simple"] < hi
+
+
+def test_noise_windows_leave_out_the_warmup_and_need_enough_estimates():
+    # 60 rows, the first 20 inside the warmup: 40 left, 4 a tenth, fewer than the minimum
+    d = _noise_rows([1.0] * 60, [5.0] * 60, warmup=20)
+    windows = numbers.noise_scale(d)
+    assert [w["steps"] for w in windows] == ["21-24", "39-42", "57-60"]
+    assert all(w["b_simple"] is None and w["why"].startswith("4 estimates") for w in windows)
+    # a window inside the warmup alone gives nothing
+    assert numbers.noise_scale(_noise_rows([1.0] * 5, [5.0] * 5, warmup=5)) == []

@@ -69,9 +69,13 @@ class Vocab:
             return cls.from_bytes(f.read())
 
 
-def unigram_perplexity(train_ids: np.ndarray, eval_ids: np.ndarray, vocab_size: int) -> float:
-    """Perplexity of ``eval_ids`` under the (add-one smoothed) unigram distribution of
-    ``train_ids``."""
-    counts = np.bincount(train_ids, minlength=vocab_size).astype(np.float64) + 1.0
-    logp = np.log(counts / counts.sum())
+def unigram_perplexity(
+    train_ids: np.ndarray, eval_ids: np.ndarray, vocab_size: int, smoothing: float = 1.0
+) -> float:
+    """Perplexity of ``eval_ids`` under the unigram distribution of ``train_ids``, each count
+    plus ``smoothing`` (1: add-one; 0: the training set's own frequencies, infinite for a word it
+    never saw)."""
+    counts = np.bincount(train_ids, minlength=vocab_size).astype(np.float64) + smoothing
+    with np.errstate(divide="ignore"):
+        logp = np.log(counts / counts.sum())
     return float(np.exp(-logp[eval_ids].mean()))
