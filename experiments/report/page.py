@@ -13,8 +13,8 @@ from experiments.report.numbers import NOISE_CONFIDENCE, NOISE_MIN_ESTIMATES, TU
 from experiments.report.summary import Summary
 from experiments.report.text import (
     PROTOCOL,
-    cell_text,
     RANGE_SEEDS,
+    cell_text,
     fmt,
     hardware_text,
     mean_text,
