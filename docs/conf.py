@@ -1,5 +1,8 @@
-"""Sphinx configuration of lbtrain's documentation site: the markdown pages of docs/ (MyST) and the
-API reference of lbtrain.optim (autodoc over its docstrings, Google style through napoleon).
+"""Sphinx configuration of lbtrain's documentation site: the markdown pages of docs/ (MyST), the
+results pages of experiments/results with their plots (docs/_ext/results_pages.py copies them into
+docs/results/ when a build starts) and the API reference of lbtrain.optim (autodoc over its
+docstrings, Google style through napoleon). Formulas are typeset by MathJax: ``$...$`` and
+``$$...$$`` in the pages, ``:math:`` and ``.. math::`` in the docstrings.
 
 ``make docs`` builds it into build/docs/html, offline (no intersphinx), with warnings as errors.
 """
@@ -9,8 +12,9 @@ import os
 import pkgutil
 import sys
 
-# the checkout, so that autodoc imports lbtrain.optim from this tree
+# the checkout, so that autodoc imports lbtrain.optim from this tree, and this site's own extension
 sys.path.insert(0, os.path.abspath(os.path.join(os.path.dirname(__file__), "..")))
+sys.path.insert(0, os.path.abspath(os.path.join(os.path.dirname(__file__), "_ext")))
 
 project = "lbtrain"
 author = "the lbtrain authors"
@@ -19,17 +23,20 @@ copyright = "the lbtrain authors, Apache License 2.0"
 extensions = [
     "myst_parser",
     "sphinx.ext.autodoc",
+    "sphinx.ext.mathjax",
     "sphinx.ext.napoleon",
     "sphinx.ext.viewcode",
+    "results_pages",
 ]
 source_suffix = {".md": "markdown"}
 root_doc = "index"
-# docs/bench holds benchmark records (JSON), not pages
-exclude_patterns = ["_build", "bench"]
+# docs/bench holds benchmark records (JSON), not pages; docs/_ext the site's extension
+exclude_patterns = ["_build", "bench", "_ext"]
 
-# MyST: `#anchor` links within and between pages resolve to the headings' slugs (GitHub's)
+# MyST: `#anchor` links within and between pages resolve to the headings' slugs (GitHub's);
+# ::: fences (the results pages' figures); $...$, $$...$$ and amsmath environments as math
 myst_heading_anchors = 3
-myst_enable_extensions = ["colon_fence"]
+myst_enable_extensions = ["colon_fence", "dollarmath", "amsmath"]
 
 # The API reference: Google-style sections (Args, Returns, Raises, Example); entries in the order
 # the page lists them; the type aliases keep their names rather than their expansion.
