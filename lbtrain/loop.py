@@ -249,11 +249,14 @@ def _iterate(s: _Session, preemption: PreemptionWatch) -> bool:
         if evaluated:
             jax.block_until_ready(s.state)
             s.train_time += time.perf_counter() - t_seg
-            s.evaluate(step)
+            s.evaluate(step)  # pauses the progress clock: an evaluation is not training
             t_seg = time.perf_counter()
-            s.progress.start(step)
         if preempted or due:
+            jax.block_until_ready(s.state)  # the step's time is training, the save's is not
+            s.progress.pause(clear=False)
             s.save(step)
+        if evaluated or preempted or due:
+            s.progress.resume()
         if preempted and step < total:  # asked at the last step: the run has finished anyway
             return False
     return True

@@ -60,9 +60,10 @@ class Progress:
     The rate excludes compilation: the loop calls :meth:`compiled` once the process's first step
     has run (it compiles the train step: seconds to minutes, once), and every rate is measured from
     there. The ETA is (steps left) x (seconds per step, averaged over every timed step since the
-    compile) -- training steps only: the time of evaluations and checkpoints is not in it. Until a
-    step after the compiled one has been timed the ETA says ``measuring`` (a rate from the compiling
-    step would overstate it many times).
+    compile) -- training steps only: the loop calls :meth:`pause` before an evaluation or a
+    checkpoint and :meth:`resume` after it, and the time between is in neither the rate nor the ETA.
+    Until a step after the compiled one has been timed the ETA says ``measuring`` (a rate from the
+    compiling step would overstate it many times).
 
     ``items_per_step``: what one step processes, counted in ``unit`` (a code of :data:`UNIT_NAMES`
     or a word). ``clock``: seconds (tests pass a fake one); ``live``: bar or plain lines (default:
@@ -91,11 +92,12 @@ class Progress:
         self._compile_s = None  # seconds of the compiling step (shown once, on the next line)
         self._compile_rate = None  # items/s of the interval that held the compiling step
         self._compile_shown = False
+        self._paused_at = None  # when pause() stopped the clock (None: running)
         self._bar = None
 
     def start(self, step: int) -> None:
-        """Training (re)starts at ``step`` now: after setup or a restore, and after each eval."""
-        self._t, self._step = self.clock(), step
+        """Training (re)starts at ``step`` now: after setup or a restore."""
+        self._t, self._step, self._paused_at = self.clock(), step, None
 
     def compiled(self, step: int) -> None:
         """The first step of this process (the one that compiled the train step) has finished:
@@ -125,7 +127,7 @@ class Progress:
         (since the compile, if it fell in between; the compiling step's own rate if no other step
         has run since). ``loss_per_token``: shown beside a loss that is not per token
         (``loss 72.35 (3.6175/tok)``)."""
-        now = self.clock()
+        now = self.clock() if self._paused_at is None else self._paused_at  # paused: time stands
         steps, secs = step - self._step, now - self._t
         if steps > 0 and secs > 0:
             self._timed_s += secs
@@ -188,11 +190,21 @@ class Progress:
             self._bar.n, self._bar.ncols = step, width
             self._bar.set_description_str(text, refresh=True)
 
-    def pause(self) -> None:
-        """Clear the bar's line (terminal mode) so other output starts on a clean line; the next
-        update draws it again below."""
-        if self._bar is not None:
+    def pause(self, clear: bool = True) -> None:
+        """Stop the clock until :meth:`resume`: what runs in between (an evaluation, a checkpoint)
+        is not training. ``clear``: also clear the bar's line (terminal mode) so other output starts
+        on a clean line; the next update draws it again below."""
+        if self._t is not None and self._paused_at is None:
+            self._paused_at = self.clock()
+        if clear and self._bar is not None:
             self._bar.clear()
+
+    def resume(self) -> None:
+        """Start the clock again after :meth:`pause`: the interval the next rate is measured over
+        keeps its steps and its training time from before the pause, without the pause."""
+        if self._paused_at is not None:
+            self._t += self.clock() - self._paused_at
+            self._paused_at = None
 
     def close(self) -> None:
         """Leave the bar's last state on screen (terminal mode)."""

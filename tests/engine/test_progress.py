@@ -1,6 +1,7 @@
 """The progress line: rates and the ETA leave the compiling step out, units are words, a live bar
 only on a terminal. A fake clock makes every number computable by hand."""
 
+import functools
 import io
 
 import pytest
@@ -179,3 +180,92 @@ def test_disabled_progress_prints_nothing_but_still_measures():
     p.pause()
     p.close()
     assert out.getvalue() == ""
+
+
+def test_a_pause_leaves_its_time_out_of_the_rate_and_the_eta():
+    clock, out = Clock(), io.StringIO()
+    p = Progress(total_steps=100, steps_per_epoch=10, items_per_step=10, stream=out, clock=clock)
+    p.start(0)
+    clock.t += 5.0
+    p.compiled(1)
+    clock.t += 9 * 0.5  # steps 2..10
+    assert p.update(10, 1.0, 0.1) == pytest.approx(20.0)
+    p.pause()  # an evaluation, then a checkpoint: 100 s that are not training
+    clock.t += 60.0
+    p.pause(clear=False)  # a second pause does not restart the stopped clock
+    clock.t += 40.0
+    p.resume()
+    clock.t += 10 * 0.5  # steps 11..20
+    assert p.update(20, 1.0, 0.1) == pytest.approx(20.0)
+    assert p.eta(20) == pytest.approx(80 * 0.5)
+    assert out.getvalue().splitlines()[-1].endswith("| 20 examples/s | ETA 40s")
+    p.resume()  # not paused: nothing moves
+    clock.t += 0.5
+    assert p.update(21, 1.0, 0.1) == pytest.approx(20.0)
+
+
+def test_steps_before_a_pause_keep_their_time_in_the_next_rate():
+    clock, out = Clock(), io.StringIO()
+    p = Progress(total_steps=100, steps_per_epoch=10, items_per_step=4, stream=out, clock=clock)
+    p.start(0)
+    clock.t += 3.0
+    p.compiled(1)
+    clock.t += 4 * 0.25  # steps 2..5, then a checkpoint at step 5 (not a logged step)
+    p.pause(clear=False)
+    clock.t += 30.0
+    p.resume()
+    clock.t += 5 * 0.25  # steps 6..10
+    assert p.update(10, 1.0, 0.1) == pytest.approx(16.0)  # 9 steps x 4 in 2.25 s
+    clock.t += 2 * 0.25  # steps 11..12, then a pause and a row for step 12 during it
+    p.pause()
+    clock.t += 7.0
+    assert p.update(12, 1.0, 0.1) == pytest.approx(16.0)  # the paused time is not in it
+    p.resume()
+    clock.t += 8 * 0.25
+    assert p.update(20, 1.0, 0.1) == pytest.approx(16.0)
+
+
+@pytest.mark.slow
+def test_the_loop_leaves_evaluations_and_checkpoints_out_of_every_rate(tmp_path, monkeypatch):
+    """A real run on a fake clock: every step takes 0.01 s, every evaluation and checkpoint 50 s.
+    Each logged rate after the compiling step is then 16 examples / 0.01 s, give or take the one
+    step by which the loop reads a row late (160 examples in 0.09 to 0.11 s); with the 50 s in it,
+    a rate would be about 3 examples/s."""
+    import dataclasses
+    import os
+
+    from experiments import ROOT
+    from lbtrain import config_lib, loop, setup
+    from lbtrain.checkpoint import Checkpointer
+    from lbtrain.metrics import read_jsonl
+
+    clock = Clock()
+    cfg = config_lib.load_config(
+        os.path.join(ROOT, "configs/mnist_lstm.py:runlocal=True"),
+        [
+            "--config.num_epochs=1",
+            "--config.eval_every_epochs=0.4",
+            "--config.checkpoint_every_epochs=0.2",
+            "--config.log_every_steps=10",
+        ],
+    )
+    run = setup.build(cfg, str(tmp_path))
+
+    def timed(seconds, fn):
+        def call(*args, **kwargs):
+            out = fn(*args, **kwargs)
+            clock.t += seconds
+            return out
+
+        return call
+
+    run = dataclasses.replace(
+        run, train_step=timed(0.01, run.train_step), evaluate=timed(50.0, run.evaluate)
+    )
+    monkeypatch.setattr(Checkpointer, "save", timed(50.0, Checkpointer.save))
+    monkeypatch.setattr(loop, "Progress", functools.partial(Progress, clock=clock))
+    loop.train(run, str(tmp_path))
+    rows = [r for r in read_jsonl(tmp_path / "metrics.jsonl") if r["kind"] == "train"]
+    assert [r["step"] for r in rows] == list(range(10, 251, 10))
+    # the first row's interval holds the compiling step (its own 0.01 s here)
+    assert [r["ex_per_sec"] for r in rows[1:]] == pytest.approx([16 / 0.01] * 24, rel=0.12)
