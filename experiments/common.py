@@ -31,6 +31,7 @@ class Run:
     # (one setting changed: a table of its own, :func:`ablation`)
     role: str = "sweep"
     lr_factor: float = 1.0  # sensitivity runs: the peak LR relative to LEGW's
+    varies: str = ""  # an ablation: the run whose one setting it changes
 
     @property
     def column(self) -> str:
@@ -276,6 +277,7 @@ def ablation(run: Run, tag: str, group: str, overrides: tuple[str, ...]) -> Run:
         overrides=kept + overrides,
         group=group,
         role="ablation",
+        varies=run.name,
     )
 
 

@@ -34,6 +34,7 @@ def summarize_run(exp: Experiment, run, d: dict | None, target: float | None) ->
         "seed": run.seed,
         "role": run.role,
         "lr_factor": run.lr_factor,
+        **({"varies": run.varies} if run.varies else {}),
     }
     # stopped with an lbtrain error (diverged): no final value, never reached the target
     if d and d["failure"]:
@@ -74,11 +75,33 @@ def summarize_run(exp: Experiment, run, d: dict | None, target: float | None) ->
             "steps_per_epoch": p.get("steps_per_epoch"),
             "dropped_fraction": dropped_fraction(rp),
             "train_time_s": d["results"].get("train_time_s"),
+            **clip_figures(d),
             "commit": d["provenance"].get("code", {}).get("commit"),
             "dirty": d["provenance"].get("code", {}).get("dirty"),
         }
     )
     return row
+
+
+def clip_figures(d: dict) -> dict:
+    """The share of a run's updates its global-norm clip shrank: over every update where the run
+    logged ``clip_fraction`` per row (weighted by the updates each row covers), else over the
+    logged updates alone (a sample: ``grad_norm`` above ``optim.clip_norm``); {} for a run without
+    a clip or without rows that tell."""
+    clip = ((d.get("config") or {}).get("optim") or {}).get("clip_norm") or 0.0
+    train = [r for r in d["rows"] if r.get("kind") == "train"]
+    if not clip or not train:
+        return {}
+    counted = [r for r in train if "clip_fraction" in r and r.get("clip_updates")]
+    if counted:
+        n = sum(r["clip_updates"] for r in counted)
+        frac = sum(r["clip_fraction"] * r["clip_updates"] for r in counted) / n
+        return {"clip_fraction": frac, "clip_counted": "every update"}
+    sampled = [r for r in train if r.get("grad_norm") is not None]
+    if not sampled:
+        return {}
+    frac = sum(r["grad_norm"] > clip for r in sampled) / len(sampled)
+    return {"clip_fraction": frac, "clip_counted": "logged updates"}
 
 
 def dropped_fraction(run_plan: dict) -> float | None:

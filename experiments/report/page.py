@@ -211,6 +211,75 @@ def reference_lines(s: Summary) -> list[str]:
     ]
 
 
+def reach_lines(s: Summary) -> list[str]:
+    """LEGW's reach: the largest batch at which every seed reaches the target, and the largest at
+    which its final is within the tolerance of the base's, over the batches whose LEGW runs have
+    all ended."""
+    r = s.reach
+    if not r or not r["checked"]:
+        return []
+    b0 = r["base_batch"]
+
+    def largest(batches: list[int]) -> str:
+        if not batches:
+            return "at none of them"
+        top = max(batches)
+        gaps = [k for k in r["checked"] if k < top and k not in batches]
+        but = f" (but not at {', '.join(map(str, gaps))})" if gaps else ""
+        return f"up to batch {top} (x{top / b0:g}){but}"
+
+    tol = s.exp.tolerance
+    within = f"{tol:.0%}" if s.exp.direction == "min" else f"{fmt(tol)}"
+    return [
+        "",
+        f"**LEGW's reach** (over the batches whose LEGW runs have all ended: "
+        f"{', '.join(map(str, r['checked']))}): every seed reaches the target within the budget "
+        f"{largest(r['target'])}; its final {s.exp.metric} is within {within} of the base's "
+        f"({fmt(s.base['final'])}: {fmt(r['final_bound'])}) {largest(r['final'])}.",
+    ]
+
+
+def _clip_text(row: dict) -> str:
+    if row.get("clip_fraction") is None:
+        return "-"
+    how = "" if row.get("clip_counted") == "every update" else " of the logged"
+    return f"{row['clip_fraction']:.0%}{how}"
+
+
+def ablation_tables(s: Summary) -> list[str]:
+    """One small table per setting the ablations change: each ablation beside the run it varies
+    (the same seed), with the share of updates the clip shrank."""
+    lines = []
+    for key, pairs in s.ablations:
+        lines += [
+            "",
+            f"Ablation: `{key}` changed, one seed, beside the run it changes (clipped: the share "
+            'of updates the global-norm clip shrank; "of the logged": counted at the logged '
+            "updates only, for runs from before every update was counted):",
+            "",
+            f"| batch | run | {key} | final | steps to target | clipped | first loss > ln V |"
+            if s.reference
+            else f"| batch | run | {key} | final | steps to target | clipped |",
+            "|---|---|---|---|---|---|---|" if s.reference else "|---|---|---|---|---|---|",
+        ]
+        for name, row, varied, value, varied_value in pairs:
+            for shown, v in ((varied, varied_value), (row, value)):
+                if not shown:
+                    continue
+                cells = [
+                    str(shown["batch"]),
+                    shown["run"],
+                    fmt(v),
+                    fmt(shown.get("final")) if "final" in shown else shown.get("status", "-"),
+                    fmt(shown.get("steps_to_target")),
+                    _clip_text(shown),
+                ]
+                if s.reference:
+                    cells.append(_blowup_text(shown))
+                lines.append("| " + " | ".join(cells) + " |")
+    return lines
+
+
 def group_table(s: Summary, tuned_cells: dict[str, str]) -> list[str]:
     """The table per optimizer group x scheme, with the tuned column's ``tuned_cells``."""
     cols = list(dict.fromkeys(c for _, c in s.schemes))
@@ -392,12 +461,20 @@ def write_markdown(s: Summary, path: str, command: str) -> None:
             "many seeds reached it.",
             "",
         ]
-        lines += main_table(s, cells) + noise_lines(s.noise) + sensitivity_table(s)
+        lines += (
+            main_table(s, cells)
+            + reach_lines(s)
+            + noise_lines(s.noise)
+            + sensitivity_table(s)
+            + ablation_tables(s)
+        )
     else:
         lines += group_table(s, cells)
     lines += tuned.sections(s, verdicts) + every_run_table(rows, s.reference)
     stem = os.path.basename(path)[:-3]
     tuned_plot = f", [the tuned LR against batch size]({stem}_lr_vs_batch.png)" if cells else ""
+    if s.exp.rows == "batch":
+        tuned_plot += f", [updates to the target against batch size]({stem}_steps_vs_batch.png)"
     lines += [
         "",
         f"Plots: [{m} vs batch]({stem}_metric_vs_batch.png), [learning-rate "

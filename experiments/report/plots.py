@@ -57,10 +57,104 @@ UNITS = {"tok": "token streams", "img": "images"}  # what a batch counts (defaul
 
 
 def write_plots(s: Summary, prefix: str) -> None:
-    """``prefix``_metric_vs_batch.png, ``prefix``_curves.png and ``prefix``_lr.png."""
+    """``prefix``_metric_vs_batch.png, ``prefix``_curves.png and ``prefix``_lr.png, and for a
+    batch-size sweep ``prefix``_steps_vs_batch.png."""
     metric_vs_batch(s, f"{prefix}_metric_vs_batch.png", UNITS.get(s.unit, "examples"))
     for kind in ("curves", "lr"):
         curves(s, kind, f"{prefix}_{kind}.png")
+    if s.exp.rows == "batch":
+        steps_vs_batch(s, f"{prefix}_steps_vs_batch.png", UNITS.get(s.unit, "examples"))
+
+
+# the columns of the steps-to-target figure: the claim's rule and the baselines that keep its
+# warmup's or its LR's shape (the tuned LR is added where it exists)
+STEPS_COLUMNS = ("legw", "none", "sqrt")
+
+
+def _steps_points(s: Summary) -> dict[str, list[tuple[int, float | None, str]]]:
+    """column -> (batch, mean updates to the target over the seeds that reached it or None, the
+    reached count) for every batch where the column's runs have ended, the base at its batch."""
+    out: dict[str, list] = {}
+    base = s.base
+    for col in STEPS_COLUMNS:
+        pts = []
+        for (k, c), v in sorted(s.cells.items()):
+            if c == col:
+                pts.append((k, v["steps_to_target"], f"{v['reached']}/{v['seeds']}"))
+        if pts and base:
+            pts.insert(0, (base["batch"], base["steps_to_target"], "base"))
+        if pts:
+            out[col] = pts
+    tuned = [
+        (
+            x.state.line.template.batch,
+            x.best["steps_to_target"],
+            f"{x.best['reached']}/{x.best['seeds']}",
+        )
+        for x in s.tuned
+        if x.best is not None
+    ]
+    if tuned:
+        out["tuned"] = sorted(tuned)
+    return out
+
+
+def steps_vs_batch(s: Summary, path: str, unit_label: str) -> None:
+    """Updates to reach the target against batch size (Shallue et al. 2018): each column's mean
+    over the seeds that reached it (with the reached count), an x at the top for a batch where no
+    seed did, and perfect scaling (the base's updates / k) for reference."""
+    _, plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    points = _steps_points(s)
+    reached = [y for pts in points.values() for _, y, _ in pts if y is not None]
+    top = max(reached) * 2 if reached else 1.0
+    for i, (col, pts) in enumerate(points.items()):
+        hit = [(b, y, n) for b, y, n in pts if y is not None]
+        miss = [b for b, y, _ in pts if y is None]
+        ax.plot(
+            [b for b, _, _ in hit],
+            [y for _, y, _ in hit],
+            marker="o",
+            linestyle=_style(col, i),
+            color=f"C{i}",
+            label=col,
+        )
+        for b, y, n in hit:
+            if n != "base":
+                ax.annotate(n, (b, y), textcoords="offset points", xytext=(4, 4), fontsize=7)
+        if miss:  # side by side, so that each column's x shows
+            ax.scatter([b * 1.06**i for b in miss], [top] * len(miss), marker="x", color=f"C{i}")
+    base = s.base
+    if base and base["steps_to_target"]:
+        batches = sorted({b for pts in points.values() for b, _, _ in pts})
+        b0, n0 = base["batch"], base["steps_to_target"]
+        ax.plot([b0], [n0], marker="o", color="black", linestyle="", label="base", zorder=3)
+        ax.plot(
+            batches,
+            [n0 * b0 / b for b in batches],
+            color="grey",
+            linestyle="--",
+            linewidth=1,
+            label="perfect scaling (base / k)",
+        )
+    if reached:
+        ax.axhline(top, color="grey", linewidth=0.5)
+        ax.annotate(
+            "x: no seed reached the target",
+            (0.01, 0.97),
+            xycoords="axes fraction",
+            fontsize=7,
+            va="top",
+        )
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel(f"global batch size ({unit_label} per update)")
+    ax.set_ylabel("updates to reach the target")
+    ax.set_title(f"{s.exp.name}: updates to the target (mean over the seeds that reached it)")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, **SAVE)
+    plt.close(fig)
 
 
 def _finished(v: dict | None) -> bool:

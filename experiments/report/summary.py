@@ -71,6 +71,11 @@ class Summary:
     # a language model's reference perplexities (references.lm_reference): the training set's
     # unigram and a uniform guess over V; None for other metrics
     reference: dict | None = None
+    # rows="batch": LEGW's reach (:func:`reach`); None without a base cell
+    reach: dict | None = None
+    # the ablations, per setting changed (:func:`ablations`): (config key, ((run, its row, the row
+    # of the run it varies, the setting's value in each), ...))
+    ablations: tuple = ()
 
     @property
     def finished(self) -> int:
@@ -124,7 +129,81 @@ def build(exp: Experiment, plan_name: str, results_dir: str) -> Summary:
         lr_points=lr_points(tuned),
         unit=next((d["run_plan"].get("unit") for d in data.values() if d and d["run_plan"]), "ex"),
         reference=reference,
+        reach=reach(exp, rows, table, base) if exp.rows == "batch" else None,
+        ablations=ablations(runs, rows, data),
     )
+
+
+def _setting(config: dict | None, key: str):
+    """The value of the dotted ``key`` in a run's ``config.json`` (None where it has none)."""
+    node = config or {}
+    for part in key.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return None
+        node = node[part]
+    return node
+
+
+def ablations(runs, rows, data) -> tuple:
+    """The ablation runs grouped by the setting they change (the ``--config`` keys their command
+    sets otherwise than the run they vary), in the plan's order: per key, (run, its row, the
+    varied run's row, the value in the ablation, the value in the varied run)."""
+    by_name = {r.name: r for r in runs}
+    row_of = {r["run"]: r for r in rows}
+    out: dict[str, list] = {}
+    for run in runs:
+        if run.role != "ablation" or run.varies not in by_name:
+            continue
+        base = set(by_name[run.varies].overrides)
+        keys = [o.split("=", 1)[0] for o in run.overrides if o not in base]
+        key = ", ".join(k.removeprefix("--config.") for k in keys)
+        first = keys[0].removeprefix("--config.") if keys else ""
+        # the value the ablation ran with, else (not run yet) the one its command sets
+        declared = next((o.split("=", 1)[1] for o in run.overrides if o not in base), None)
+        value = _setting((data.get(run.name) or {}).get("config"), first)
+        out.setdefault(key, []).append(
+            (
+                run.name,
+                row_of[run.name],
+                row_of.get(run.varies, {}),
+                declared if value is None else value,
+                _setting((data.get(run.varies) or {}).get("config"), first),
+            )
+        )
+    return tuple((k, tuple(v)) for k, v in out.items())
+
+
+def reach(exp: Experiment, rows, table, base) -> dict | None:
+    """LEGW's reach over the batch sizes whose LEGW runs have all ended: the largest batch at
+    which every seed reaches the target within the budget, and the largest at which its final
+    mean is within the experiment's tolerance of the base's final mean; with the batches checked
+    and those where each holds. None without a finished base cell."""
+    if not base or base["final"] is None:
+        return None
+    planned: dict[int, int] = {}
+    for r in rows:
+        if r["role"] == "sweep" and r["scheme"] == "legw":
+            planned[r["batch"]] = planned.get(r["batch"], 0) + 1
+    done = {
+        k: v
+        for (k, c), v in table.items()
+        if c == "legw" and k in planned and v["seeds"] == planned[k]
+    }
+    if exp.direction == "min":
+        bound = base["final"] * (1 + exp.tolerance)
+    else:
+        bound = base["final"] - exp.tolerance
+    target = sorted(k for k, v in done.items() if v["reached"] == v["seeds"])
+    final = sorted(
+        k for k, v in done.items() if v["final"] is not None and exp.reached(v["final"], bound)
+    )
+    return {
+        "checked": sorted(done),
+        "target": target,
+        "final": final,
+        "final_bound": bound,
+        "base_batch": base["batch"],
+    }
 
 
 def lm_row(row: dict, d: dict | None, reference: dict) -> dict:

@@ -353,3 +353,47 @@ def test_noise_windows_leave_out_the_warmup_and_need_enough_estimates():
     assert all(w["b_simple"] is None and w["why"].startswith("4 estimates") for w in windows)
     # a window inside the warmup alone gives nothing
     assert numbers.noise_scale(_noise_rows([1.0] * 5, [5.0] * 5, warmup=5)) == []
+
+
+def test_legws_reach_and_an_ablation_table_beside_the_run_it_changes(tmp_path):
+    from experiments.common import ablation
+
+    runs = sweep(
+        10, (1, 2, 4), ("legw",), seeds=(0, 1), base_lr=0.1, sensitivity=(), noise_overrides=None
+    )
+    by_name = {r.name: r for r in runs}
+    clip = ablation(
+        by_name["b20_legw_s0"], "noclip", "legw, no clip", ("--config.optim.clip_norm=0",)
+    )
+    assert clip.name == "b20_legw_noclip_s0" and clip.varies == "b20_legw_s0"
+    exp = fake_experiment(Plan(runs + (clip,), "fake"))
+    fake_run(tmp_path, "b10_base_s0", [0.5, 0.9, 0.92], 10)
+    fake_run(tmp_path, "b10_base_s1", [0.5, 0.9, 0.92], 10)  # target 0.9, final 0.92
+    fake_run(tmp_path, "b20_legw_s0", [0.8, 0.91, 0.91], 20)  # both seeds reach it
+    fake_run(tmp_path, "b20_legw_s1", [0.9, 0.9, 0.9], 20)
+    fake_run(tmp_path, "b40_legw_s0", [0.8, 0.91, 0.89], 40)  # one seed of two
+    fake_run(tmp_path, "b40_legw_s1", [0.7, 0.8, 0.89], 40)
+    fake_run(tmp_path, "b20_legw_noclip_s0", [0.3, 0.4, 0.5], 20)
+    s = summary.build(exp, "local", str(tmp_path))
+    # the final bound is the base's final 0.92 - 0.02: 20 (0.905) is within it, 40 (0.89) not
+    assert s.reach == {
+        "checked": [20, 40],
+        "target": [20],
+        "final": [20],
+        "final_bound": 0.92 - 0.02,
+        "base_batch": 10,
+    }
+    (key, pairs), *_ = s.ablations
+    assert key == "optim.clip_norm" and [p[0] for p in pairs] == ["b20_legw_noclip_s0"]
+    assert pairs[0][3] == "0"  # the value its command sets (no config.json in these files)
+    out = str(tmp_path / "fake_local")
+    report.render(exp, "local", str(tmp_path), out, "cmd")
+    md = open(out + ".md").read()
+    assert "every seed reaches the target within the budget up to batch 20 (x2)" in md
+    assert "within 0.02 of the base's (0.92: 0.9) up to batch 20 (x2)" in md
+    assert "Ablation: `optim.clip_norm` changed" in md
+    assert "| 20 | b20_legw_s0 | - | 0.91 | 20 | - |" in md  # the run it changes, then the ablation
+    assert "| 20 | b20_legw_noclip_s0 | 0 | 0.5 | - | - |" in md
+    # the ablation is not a column of the batch table
+    assert "legw, no clip |" not in md.split("Every run:")[0].split("Ablation:")[0]
+    assert os.path.exists(out + "_steps_vs_batch.png") and "_steps_vs_batch.png)" in md
