@@ -28,6 +28,7 @@ always a good one.
 from __future__ import annotations
 
 import errno
+import logging
 import os
 import re
 from collections.abc import Callable
@@ -35,6 +36,7 @@ from typing import Any
 
 import jax
 import orbax.checkpoint as ocp
+from absl import logging as absl_logging
 from etils import epath
 
 from lbtrain import hosts, rundir
@@ -92,6 +94,28 @@ def _store_failure(e: BaseException) -> str | None:
     if code == "RESOURCE_EXHAUSTED":
         return rundir.describe_error(OSError(errno.ENOSPC, "no space"))
     return code.lower().replace("_", " ")
+
+
+def _storage_failure(e: BaseException) -> bool:
+    """Whether :meth:`Checkpointer.save` turns ``e`` into its one-line :class:`StorageError`."""
+    if isinstance(e, ValueError):
+        return _store_failure(e) is not None
+    return isinstance(e, rundir.failure_types())
+
+
+class _ReraisedBySave(logging.Filter):
+    """Orbax's save threads log each failure with its traceback (absl's logger, ERROR) before the
+    save raises it again in the thread that called it: for a storage failure, which
+    :meth:`Checkpointer.save` reports in one line, that is some 50 lines a thread for the same
+    error. Those records are dropped; any other keeps its traceback."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        error = record.exc_info[1] if record.exc_info else None
+        from_orbax = f"{os.sep}orbax{os.sep}" in (record.pathname or "")
+        return not (from_orbax and error is not None and _storage_failure(error))
+
+
+absl_logging.get_absl_logger().addFilter(_ReraisedBySave())
 
 
 class _Unreadable:
