@@ -63,9 +63,10 @@ def _norm_dtype(*xs) -> jnp.dtype:
 
 
 def safe_norm(x: jax.typing.ArrayLike, dtype: jnp.dtype | None = None) -> jax.Array:
-    """The Frobenius norm ``sqrt(sum(x ** 2))`` whose gradient at ``x = 0`` is 0, not NaN.
+    r"""The Frobenius norm :math:`\|x\| = \sqrt{\sum x^2}`, whose gradient at ``x = 0`` is 0.
 
-    The norm every trust ratio here is computed with: of the whole array, whatever its shape.
+    The norm every trust ratio here is computed with: of the whole array, whatever its shape (its
+    gradient at 0 is NaN in a plain ``jnp.linalg.norm``).
 
     Args:
         x: an array of any shape.
@@ -174,18 +175,23 @@ def scale_by_trust_ratio(
     mask: Mask = None,
     weight_decay_mask: Mask = None,
 ) -> optax.GradientTransformation:
-    """Scale each leaf's update by its layer-wise trust ratio, the paper's (and TF LARS's) formula.
+    r"""Scale each leaf's update by its layer-wise trust ratio, the paper's (and TF LARS's) formula.
 
-    For each parameter leaf ``w`` with incoming update ``g`` (``wd = weight_decay`` where
-    ``weight_decay_mask`` selects the leaf, else 0)::
+    For each parameter leaf :math:`w` with incoming update :math:`g` (:math:`\mathrm{wd}` is
+    ``weight_decay`` where ``weight_decay_mask`` selects the leaf, else 0; :math:`\eta` is ``eta``,
+    :math:`\epsilon` ``eps``), the update :math:`u` and the trust ratio :math:`r`:
 
-        u     = g + wd * w
-        ratio = eta * |w| / (|g| + wd * |w| + eps)     if |w| > 0 and |g| > 0, else 1
-        out   = ratio * u      (leaves in mask);   out = u   (other leaves)
+    .. math::
 
-    ``|x|`` is the Frobenius norm of the whole leaf, so one "layer" is one parameter array (You,
-    Gitman and Ginsburg 2017, *Large Batch Training of Convolutional Networks*, arXiv:1708.03888).
-    With ``weight_decay=0`` the ratio is ``eta * |w| / (|g| + eps)``, and the transform composes
+        u &= g + \mathrm{wd}\, w \\
+        r &= \frac{\eta \|w\|}{\|g\| + \mathrm{wd} \|w\| + \epsilon}
+            \quad \text{if } \|w\| > 0 \text{ and } \|g\| > 0, \text{ else } 1
+
+    The output is :math:`r u` for the leaves in ``mask`` and :math:`u` for the others.
+    :math:`\|x\|` is the Frobenius norm of the whole leaf, so one "layer" is one parameter array
+    (You, Gitman and Ginsburg 2017, *Large Batch Training of Convolutional Networks*,
+    arXiv:1708.03888). With ``weight_decay=0`` the ratio is
+    :math:`\eta \|w\| / (\|g\| + \epsilon)`, and the transform composes
     after :func:`add_decayed_weights` (that is how :func:`lamb` uses it). ``eta``,
     ``weight_decay`` and ``eps`` may be traced, so ``optax.inject_hyperparams`` can schedule them.
 
@@ -283,20 +289,27 @@ def lars(
     weight_decay_mask: Mask = default_mask,
     trust_ratio_mask: Mask = default_mask,
 ) -> optax.GradientTransformation:
-    """LARS, layer-wise adaptive rate scaling, exactly as TensorFlow's ``LARSOptimizer``.
+    r"""LARS, layer-wise adaptive rate scaling, exactly as TensorFlow's ``LARSOptimizer``.
 
-    For each parameter leaf ``w`` with gradient ``g`` (You, Gitman and Ginsburg 2017,
-    arXiv:1708.03888; the optimizer of the paper's ImageNet runs)::
+    For each parameter leaf :math:`w` with gradient :math:`g` (You, Gitman and Ginsburg 2017,
+    arXiv:1708.03888; the optimizer of the paper's ImageNet runs), with the trust ratio :math:`r`
+    (1 if :math:`\|w\| = 0` or :math:`\|g\| = 0`), the velocity :math:`v`, :math:`\eta` =
+    ``eta``, :math:`\mathrm{wd}` = ``weight_decay``, :math:`\epsilon` = ``eps``, :math:`\mu` =
+    ``momentum`` and :math:`\mathrm{lr}` the learning rate:
 
-        ratio = eta * |w| / (|g| + wd * |w| + eps)     (1 if |w| = 0 or |g| = 0)
-        v    <- momentum * v + lr * ratio * (g + wd * w)
-        w    <- w - v            (Nesterov: w - (momentum * v + lr * ratio * (g + wd * w)))
+    .. math::
 
-    ``|x|`` is the Frobenius norm of the whole leaf. Leaves outside ``trust_ratio_mask`` use ratio
-    1, leaves outside ``weight_decay_mask`` ``wd = 0``. The learning rate sits inside the momentum
-    buffer, as in TF. Unlike ``optax.lars``, the ratio's denominator is ``|g| + wd * |w|`` (the
-    paper's), not ``|g + wd * w|``, and both masks default to :data:`default_mask`; with
-    ``weight_decay=0`` and both masks ``True`` the two are the same update.
+        r &= \frac{\eta \|w\|}{\|g\| + \mathrm{wd} \|w\| + \epsilon} \\
+        v &\leftarrow \mu v + \mathrm{lr}\, r\, (g + \mathrm{wd}\, w) \\
+        w &\leftarrow w - v
+            \quad \text{(Nesterov: } w - \mu v - \mathrm{lr}\, r\, (g + \mathrm{wd}\, w) \text{)}
+
+    :math:`\|x\|` is the Frobenius norm of the whole leaf. Leaves outside ``trust_ratio_mask`` use
+    ratio 1, leaves outside ``weight_decay_mask`` :math:`\mathrm{wd} = 0`. The learning rate sits
+    inside the momentum buffer, as in TF. Unlike ``optax.lars``, the ratio's denominator is
+    :math:`\|g\| + \mathrm{wd} \|w\|` (the paper's), not :math:`\|g + \mathrm{wd}\, w\|`, and
+    both masks default to :data:`default_mask`; with ``weight_decay=0`` and both masks ``True``
+    the two are the same update.
 
     Args:
         learning_rate: a number ``>= 0`` or an ``optax.Schedule`` of the update count (e.g.
@@ -355,20 +368,27 @@ def lamb(
     weight_decay_mask: Mask = default_mask,
     trust_ratio_mask: Mask = default_mask,
 ) -> optax.GradientTransformation:
-    """LAMB, Adam with a layer-wise trust ratio, with separate decay and trust-ratio masks.
+    r"""LAMB, Adam with a layer-wise trust ratio, with separate decay and trust-ratio masks.
 
-    For each parameter leaf ``w`` with gradient ``g``, at update ``t = 1, 2, ...`` (You et al.
-    2020, *Large Batch Optimization for Deep Learning: Training BERT in 76 minutes*,
-    arXiv:1904.00962)::
+    For each parameter leaf :math:`w` with gradient :math:`g`, at update :math:`t = 1, 2, \dots`
+    (You et al. 2020, *Large Batch Optimization for Deep Learning: Training BERT in 76 minutes*,
+    arXiv:1904.00962), with :math:`\beta_1` = ``b1``, :math:`\beta_2` = ``b2``,
+    :math:`\epsilon` = ``eps``, :math:`\epsilon_r` = ``eps_root``, :math:`\mathrm{wd}` =
+    ``weight_decay`` and :math:`\mathrm{lr}` the learning rate:
 
-        m <- b1 * m + (1 - b1) * g          v <- b2 * v + (1 - b2) * g ** 2
-        u  = m / (1 - b1 ** t) / (sqrt(v / (1 - b2 ** t) + eps_root) + eps) + wd * w
-        w <- w - lr * (|w| / |u|) * u       (ratio 1 if a norm is 0)
+    .. math::
 
-    ``|x|`` is the Frobenius norm of the whole leaf. Leaves outside ``trust_ratio_mask`` use ratio
-    1, leaves outside ``weight_decay_mask`` ``wd = 0``. ``optax.lamb`` has one mask, for the decay,
-    and a trust ratio on every leaf: ``lamb(lr, weight_decay_mask=m, trust_ratio_mask=True)`` is
-    ``optax.lamb(lr, mask=m)``.
+        m &\leftarrow \beta_1 m + (1 - \beta_1)\, g, \qquad
+            v \leftarrow \beta_2 v + (1 - \beta_2)\, g^2 \\
+        u &= \frac{m / (1 - \beta_1^t)}{\sqrt{v / (1 - \beta_2^t) + \epsilon_r} + \epsilon}
+            + \mathrm{wd}\, w \\
+        w &\leftarrow w - \mathrm{lr}\, \frac{\|w\|}{\|u\|}\, u
+            \quad \text{(ratio 1 if a norm is 0)}
+
+    :math:`\|x\|` is the Frobenius norm of the whole leaf. Leaves outside ``trust_ratio_mask`` use
+    ratio 1, leaves outside ``weight_decay_mask`` :math:`\mathrm{wd} = 0`. ``optax.lamb`` has one
+    mask, for the decay, and a trust ratio on every leaf:
+    ``lamb(lr, weight_decay_mask=m, trust_ratio_mask=True)`` is ``optax.lamb(lr, mask=m)``.
 
     Args:
         learning_rate: a number ``>= 0`` or an ``optax.Schedule`` of the update count.

@@ -1,13 +1,13 @@
-"""Batch-size scaling rules for the peak learning rate and the warmup length, and how numbers are
+r"""Batch-size scaling rules for the peak learning rate and the warmup length, and how numbers are
 read.
 
-With a base batch ``B0`` and a new batch ``B = k * B0``:
+With a base batch :math:`B_0` and a new batch :math:`B = k B_0`:
 
-* learning-rate rules: ``linear``  -> ``lr0 * k``;  ``sqrt`` -> ``lr0 * sqrt(k)``;  ``none`` ->
-  ``lr0``.
-* warmup rules (in epochs): ``linear_epoch`` -> ``W0 * k`` (LEGW: the number of warmup *updates*
-  stays ``W0 * N / B0`` at every batch size); ``const_epoch`` -> ``W0`` (Goyal et al. 2017);
-  ``none`` -> ``0`` (no warmup).
+* learning-rate rules: ``linear`` -> :math:`\mathrm{lr}_0 k`; ``sqrt`` ->
+  :math:`\mathrm{lr}_0 \sqrt{k}`; ``none`` -> :math:`\mathrm{lr}_0`.
+* warmup rules (in epochs): ``linear_epoch`` -> :math:`W_0 k` (LEGW: the number of warmup
+  *updates* stays :math:`W_0 N / B_0` at every batch size); ``const_epoch`` -> :math:`W_0` (Goyal
+  et al. 2017); ``none`` -> 0 (no warmup).
 
 A *scheme* is a named pair of rules; the paper's method and its baselines are ``SCHEMES``.
 
@@ -24,7 +24,7 @@ recovers ``N / B`` for every ``N <= 10**9`` and ``B <= 10**6``. When no fraction
 to ``x`` (a long decimal such as ``0.123456789``, or float noise such as ``0.1 * 3 =
 0.30000000000000004``), ``x`` is read as the shortest decimal that prints as it. A NumPy float is
 judged in its own precision (a float32 ``N / B`` is recovered only for small ``B``; pass a Python
-float). The scaled warmup ``W0 * k`` is computed from these exact values, so it never gains an
+float). The scaled warmup :math:`W_0 k` is computed from these exact values, so it never gains an
 update from float noise.
 """
 
@@ -36,11 +36,12 @@ from fractions import Fraction
 
 import numpy as np
 
-#: The learning-rate scaling rules, for ``B = k * B0``: ``linear`` (``lr0 * k``, Goyal et al.
-#: 2017), ``sqrt`` (``lr0 * sqrt(k)``, Krizhevsky 2014; the paper's) and ``none`` (``lr0``).
+#: The learning-rate scaling rules, for :math:`B = k B_0`: ``linear`` (:math:`\mathrm{lr}_0 k`,
+#: Goyal et al. 2017), ``sqrt`` (:math:`\mathrm{lr}_0 \sqrt{k}`, Krizhevsky 2014; the paper's) and
+#: ``none`` (:math:`\mathrm{lr}_0`).
 LR_RULES = ("linear", "sqrt", "none")
-#: The warmup scaling rules, in epochs: ``linear_epoch`` (``W0 * k``: LEGW, the same number of
-#: warmup updates at every batch size), ``const_epoch`` (``W0``) and ``none`` (no warmup).
+#: The warmup scaling rules, in epochs: ``linear_epoch`` (:math:`W_0 k`: LEGW, the same number of
+#: warmup updates at every batch size), ``const_epoch`` (:math:`W_0`) and ``none`` (no warmup).
 WARMUP_RULES = ("linear_epoch", "const_epoch", "none")
 
 #: The named schemes: scheme name -> (learning-rate rule, warmup rule). ``legw`` is the paper's
@@ -148,10 +149,11 @@ def batch_ratio(base_batch_size: int, batch_size: int) -> float:
 
 
 def scale_lr(base_lr: float, base_batch_size: int, batch_size: int, rule: str) -> float:
-    """The peak learning rate at ``batch_size`` by a scaling rule.
+    r"""The peak learning rate at ``batch_size`` by a scaling rule.
 
-    With ``k = batch_size / base_batch_size``: ``base_lr * k`` (``linear``),
-    ``base_lr * sqrt(k)`` (``sqrt``) or ``base_lr`` (``none``).
+    With :math:`k` = ``batch_size / base_batch_size`` and :math:`\mathrm{lr}_0` = ``base_lr``:
+    :math:`\mathrm{lr}_0 k` (``linear``), :math:`\mathrm{lr}_0 \sqrt{k}` (``sqrt``) or
+    :math:`\mathrm{lr}_0` (``none``).
 
     Args:
         base_lr: the peak learning rate at ``base_batch_size``, ``>= 0``.
@@ -182,12 +184,13 @@ def scale_warmup_epochs(
 ) -> float:
     """The warmup length in epochs at ``batch_size`` by a warmup rule.
 
-    With ``k = batch_size / base_batch_size``: ``W0 * k`` (``linear_epoch``, computed exactly),
-    ``W0`` (``const_epoch``) or ``0`` (``none``).
+    With :math:`k` = ``batch_size / base_batch_size`` and :math:`W_0` = ``base_warmup_epochs``:
+    :math:`W_0 k` (``linear_epoch``, computed exactly), :math:`W_0` (``const_epoch``) or 0
+    (``none``).
 
     Args:
-        base_warmup_epochs: the warmup ``W0`` at ``base_batch_size``, in epochs, ``>= 0``.
-        base_batch_size: the batch size ``W0`` belongs to, a whole number ``> 0``.
+        base_warmup_epochs: the warmup :math:`W_0` at ``base_batch_size``, in epochs, ``>= 0``.
+        base_batch_size: the batch size :math:`W_0` belongs to, a whole number ``> 0``.
         batch_size: the batch size to train with, a whole number ``> 0``.
         rule: one of :data:`WARMUP_RULES`.
 

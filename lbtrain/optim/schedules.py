@@ -1,34 +1,43 @@
-"""Epoch-denominated learning-rate schedules, returned as ``optax.Schedule`` over *update* steps.
+r"""Epoch-denominated learning-rate schedules, returned as ``optax.Schedule`` over *update* steps.
 
 Semantics (computed from integer update counts, never from float epochs)
 -----------------------------------------------------------------------
-``s`` is the number of updates already applied (optax's ``count``: the first update uses ``lr(0)``);
-update ``s`` happens at epoch ``s / S`` with ``S = steps_per_epoch`` (which may be fractional).
+:math:`s` is the number of updates already applied (optax's ``count``: the first update uses
+:math:`\mathrm{lr}(0)`); update :math:`s` happens at epoch :math:`s / S` with :math:`S` =
+``steps_per_epoch`` (which may be fractional).
 
-* **Epochs to updates**: a point or duration of ``e`` epochs is ``steps(e) = ceil(e * S)`` updates,
-  the first update at or past epoch ``e``. ``e`` and ``S`` are read exactly
+* **Epochs to updates**: a point or duration of :math:`e` epochs is
+  :math:`\mathrm{steps}(e) = \lceil e S \rceil` updates, the first update at or past epoch
+  :math:`e`. :math:`e` and :math:`S` are read exactly
   (:func:`lbtrain.optim.scaling.exact`): ints and fractions as they are, a float as the simple
   fraction it rounds (``0.1`` is 1/10, so ``0.1 * 30`` is 3, not 4; ``622 / 24`` is 311/12, so 12
   epochs are 311 updates, not 312).
-* **Warmup**: ``W = steps(warmup_epochs)`` updates, ``lr(s) = peak * s / W`` for ``0 <= s < W``
-  (``lr(0) = 0``). The update at ``s = W`` uses the peak, bit for bit (selected, never computed),
-  for every decay and in every mode (scalar or array step, eager or under ``jit``).
-* **Training** ends after ``T = steps(num_epochs)`` updates (``W < T`` is required). **Past the
-  end** the schedule holds its value at ``T``: ``lr(s) = lr(T)`` for ``s >= T``.
-* **Decays**, for ``W <= s <= T``, with ``D = T - W``:
+* **Warmup**: :math:`W` = steps(``warmup_epochs``) updates,
+  :math:`\mathrm{lr}(s) = \mathrm{peak}\, s / W` for :math:`0 \le s < W`
+  (:math:`\mathrm{lr}(0) = 0`). The update at :math:`s = W` uses the peak, bit for bit (selected,
+  never computed), for every decay and in every mode (scalar or array step, eager or under ``jit``).
+* **Training** ends after :math:`T` = steps(``num_epochs``) updates (:math:`W < T` is required).
+  **Past the end** the schedule holds its value at :math:`T`:
+  :math:`\mathrm{lr}(s) = \mathrm{lr}(T)` for :math:`s \ge T`.
+* **Decays**, for :math:`W \le s \le T`, with :math:`D = T - W`, :math:`\mathrm{end}` =
+  ``end_value`` and :math:`p` = ``power``:
 
-  - ``constant``:     ``peak``
-  - ``poly``:         ``end + (peak - end) * (1 - (s - W) / D) ** power``
-  - ``cosine``:       ``end + (peak - end) * (1 + cos(pi * (s - W) / D)) / 2``, computed as
-    ``sin(pi / 2 * (T - s) / D) ** 2`` so that the tail keeps its relative precision
-  - ``exponential``:  ``peak * rate ** (max(0, s - s0) / S)`` with ``s0 = steps(e0)``,
-    ``e0 = max(start_epoch, warmup_epochs)`` (``start_epoch=None`` means the end of warmup): the
-    decay never starts inside the warmup, so a recipe's "decay after epoch 4" stays continuous when
-    a scaled warmup grows past it. ``staircase=True``: ``peak * rate ** n`` with ``n`` the number of
-    epochs ``e0 + 1, e0 + 2, ...`` whose boundary (below) has been reached.
-  - ``multistep``:    ``peak * factor ** n``, ``n`` the number of boundaries (in epochs) reached. A
-    boundary ``b`` is reached at update ``steps(b)``, but never inside the warmup nor on its peak
-    update: with ``W > 0`` it takes effect at ``max(steps(b), W + 1)``.
+  - ``constant``: :math:`\mathrm{peak}`
+  - ``poly``: :math:`\mathrm{end} + (\mathrm{peak} - \mathrm{end}) (1 - (s - W) / D)^p`
+  - ``cosine``:
+    :math:`\mathrm{end} + (\mathrm{peak} - \mathrm{end}) (1 + \cos(\pi (s - W) / D)) / 2`,
+    computed as :math:`\sin^2(\frac{\pi}{2} (T - s) / D)` so that the tail keeps its relative
+    precision
+  - ``exponential``: :math:`\mathrm{peak} \cdot \mathrm{rate}^{\max(0, s - s_0) / S}` with
+    :math:`s_0 = \mathrm{steps}(e_0)`, :math:`e_0` = max(``start_epoch``, ``warmup_epochs``)
+    (``start_epoch=None`` means the end of warmup): the decay never starts inside the warmup, so a
+    recipe's "decay after epoch 4" stays continuous when a scaled warmup grows past it.
+    ``staircase=True``: :math:`\mathrm{peak} \cdot \mathrm{rate}^n` with :math:`n` the number of
+    epochs :math:`e_0 + 1, e_0 + 2, \dots` whose boundary (below) has been reached.
+  - ``multistep``: :math:`\mathrm{peak} \cdot \mathrm{factor}^n`, :math:`n` the number of
+    boundaries (in epochs) reached. A boundary :math:`b` is reached at update
+    :math:`\mathrm{steps}(b)`, but never inside the warmup nor on its peak update: with
+    :math:`W > 0` it takes effect at :math:`\max(\mathrm{steps}(b), W + 1)`.
 
 A scalar step and an array of steps give the same values (the schedule is elementwise); eager and
 ``jit`` agree within a few ulp of each other and of the exact value, tails included. Values are in
@@ -76,9 +85,10 @@ def _steps_per_epoch(x) -> Fraction:
 
 
 def epochs_to_steps(epochs: float | Fraction, steps_per_epoch: float | Fraction) -> int:
-    """A number of epochs as a number of optimizer updates: ``ceil(epochs * steps_per_epoch)``.
+    r"""A number of epochs as a number of optimizer updates: :math:`\lceil e S \rceil`.
 
-    The one place where epochs become updates (the schedules use it for their warmup, their end and
+    With :math:`e` = ``epochs`` and :math:`S` = ``steps_per_epoch``. The one place where epochs
+    become updates (the schedules use it for their warmup, their end and
     their boundaries): the first update at or past epoch ``epochs``. Both arguments are read
     exactly: ints and ``fractions.Fraction`` as they are, a float as the simplest fraction that
     rounds to it, so a float ``N / B`` is the exact ``N / B`` (``622 / 24`` is 311/12) and a short
@@ -238,25 +248,38 @@ def warmup_decay_schedule(
     decay: str = "poly",
     **decay_kwargs,
 ) -> optax.Schedule:
-    """Linear warmup from 0 to ``peak_lr`` over ``warmup_epochs``, then ``decay`` to ``num_epochs``.
+    r"""Linear warmup from 0 to ``peak_lr`` over ``warmup_epochs``, then ``decay`` to the end.
 
-    With ``S = steps_per_epoch``, ``W = epochs_to_steps(warmup_epochs, S)`` and
-    ``T = epochs_to_steps(num_epochs, S)``, at update count ``s`` (optax's count: the first update
-    uses ``lr(0)``)::
+    With :math:`S` = ``steps_per_epoch``, :math:`W` = ``epochs_to_steps(warmup_epochs, S)``,
+    :math:`T` = ``epochs_to_steps(num_epochs, S)``, :math:`D = T - W` and :math:`\mathrm{peak}` =
+    ``peak_lr``, at update count :math:`s` (optax's count: the first update uses
+    :math:`\mathrm{lr}(0)`):
 
-        lr(s) = peak_lr * s / W              for s < W (so lr(0) = 0)
-        lr(W) = peak_lr                      bit for bit
-        lr(s) = decay(s)                     for W < s <= T, with D = T - W:
-            constant      peak_lr
-            poly          end + (peak_lr - end) * (1 - (s - W) / D) ** power
-            cosine        end + (peak_lr - end) * (1 + cos(pi * (s - W) / D)) / 2
-            exponential   peak_lr * rate ** ((s - s0) / S),  s0 = steps(max(start_epoch, warmup))
-            multistep     peak_lr * factor ** n,  n = the boundaries (epochs) reached
-        lr(s) = lr(T)                        for s > T
+    .. math::
 
-    ``staircase=True`` makes the exponential decay drop once per whole epoch after ``s0``; a
-    multistep boundary takes effect at ``max(steps(boundary), W + 1)``. The module's docstring
-    states every rule; docs/optim.md shows them with numbers.
+        \mathrm{lr}(s) = \begin{cases}
+            \mathrm{peak}\, s / W & s < W \text{ (so } \mathrm{lr}(0) = 0 \text{)} \\
+            \mathrm{peak} & s = W \text{ (bit for bit)} \\
+            \mathrm{decay}(s) & W < s \le T \\
+            \mathrm{lr}(T) & s > T
+        \end{cases}
+
+    where, by ``decay``, with :math:`\mathrm{end}` = ``end_value`` and :math:`p` = ``power``:
+
+    .. math::
+
+        \text{constant:} &\quad \mathrm{peak} \\
+        \text{poly:} &\quad \mathrm{end} + (\mathrm{peak} - \mathrm{end}) (1 - (s - W) / D)^p \\
+        \text{cosine:} &\quad
+            \mathrm{end} + (\mathrm{peak} - \mathrm{end}) (1 + \cos(\pi (s - W) / D)) / 2 \\
+        \text{exponential:} &\quad \mathrm{peak} \cdot \mathrm{rate}^{(s - s_0) / S}, \quad
+            s_0 = \mathrm{steps}(\max(\text{start epoch}, \text{warmup epochs})) \\
+        \text{multistep:} &\quad \mathrm{peak} \cdot \mathrm{factor}^n, \quad
+            n = \text{the boundaries (epochs) reached}
+
+    ``staircase=True`` makes the exponential decay drop once per whole epoch after :math:`s_0`; a
+    multistep boundary :math:`b` takes effect at :math:`\max(\mathrm{steps}(b), W + 1)`. The
+    module's docstring states every rule; docs/optim.md shows them with numbers.
 
     Args:
         peak_lr: the learning rate at the end of the warmup, ``>= 0``.
@@ -330,11 +353,12 @@ def scaled_schedule(
     decay: str = "poly",
     **decay_kwargs,
 ) -> optax.Schedule:
-    """A base recipe's schedule scaled to ``batch_size`` by a learning-rate rule and a warmup rule.
+    r"""A base recipe's schedule scaled to ``batch_size`` by a learning-rate rule and a warmup rule.
 
-    With ``k = batch_size / base_batch_size``: the peak is :func:`scale_lr` (``base_lr * k``,
-    ``base_lr * sqrt(k)`` or ``base_lr``), the warmup :func:`scale_warmup_epochs`
-    (``base_warmup_epochs * k``, ``base_warmup_epochs`` or 0 epochs); then
+    With :math:`k` = ``batch_size / base_batch_size``, :math:`\mathrm{lr}_0` = ``base_lr`` and
+    :math:`W_0` = ``base_warmup_epochs``: the peak is :func:`scale_lr` (:math:`\mathrm{lr}_0 k`,
+    :math:`\mathrm{lr}_0 \sqrt{k}` or :math:`\mathrm{lr}_0`), the warmup
+    :func:`scale_warmup_epochs` (:math:`W_0 k`, :math:`W_0` or 0 epochs); then
     :func:`warmup_decay_schedule` over the same ``num_epochs``.
 
     Args:
@@ -401,19 +425,23 @@ def legw_schedule(
     decay: str = "poly",
     **decay_kwargs,
 ) -> optax.Schedule:
-    """LEGW, the paper's schedule: Sqrt Scaling of the peak plus linear-epoch gradual warmup.
+    r"""LEGW, the paper's schedule: Sqrt Scaling of the peak plus linear-epoch gradual warmup.
 
     From *Large-Batch Training for LSTM and Beyond* (You et al., SC '19, arXiv:1901.08256). With
-    ``k = batch_size / base_batch_size``::
+    :math:`k = B / B_0` (:math:`B` = ``batch_size``, :math:`B_0` = ``base_batch_size``),
+    :math:`\mathrm{lr}_0` = ``base_lr``, :math:`W_0` = ``base_warmup_epochs`` and :math:`S` =
+    ``steps_per_epoch``, at update count :math:`s`:
 
-        peak   = base_lr * sqrt(k)
-        W      = ceil(base_warmup_epochs * k * steps_per_epoch)    (updates)
-        lr(s)  = peak * s / W                                      for s < W
-        lr(s)  = decay(s) from the peak                            afterwards, until num_epochs
+    .. math::
 
-    Since ``steps_per_epoch = N / batch_size``, the warmup lasts
-    ``ceil(base_warmup_epochs * N / base_batch_size)`` updates: the same number at every batch
-    size. ``scheme_schedule("legw", ...)`` is the same schedule.
+        \mathrm{peak} &= \mathrm{lr}_0 \sqrt{k} \\
+        W &= \lceil W_0\, k\, S \rceil \quad \text{(updates)} \\
+        \mathrm{lr}(s) &= \mathrm{peak}\, s / W \quad \text{for } s < W
+            \text{, then the decay from the peak until the last epoch}
+
+    Since :math:`S = N / B` for :math:`N` examples, the warmup lasts
+    :math:`\lceil W_0 N / B_0 \rceil` updates: the same number at every batch size.
+    ``scheme_schedule("legw", ...)`` is the same schedule.
 
     Args:
         base_lr: the base recipe's peak learning rate, at ``base_batch_size``.

@@ -51,5 +51,6 @@ def test_the_doc_states_the_default_masks_and_the_mapping_to_optax():
         assert re.search(rf"\| `{re.escape(optax_name)}`[^|]*\| `{re.escape(ours)}` \|", text), (
             optax_name
         )
-    # the denominator that differs
-    assert "|g| + wd * |w| + eps" in text and "|g + wd * w| + eps" in text
+    # the denominator that differs (typeset as math)
+    assert r"\lVert g \rVert + \mathrm{wd} \lVert w \rVert + \epsilon" in text
+    assert r"\lVert g + \mathrm{wd}\, w \rVert + \epsilon" in text
