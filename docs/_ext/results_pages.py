@@ -5,7 +5,7 @@ writes, so the site does not read them in place. When a build starts, each is co
 ``docs/results/`` (written afresh by every build and ignored by git) with its links rewritten for
 the site, and with a "Plots" section that shows the PNGs it links to. experiments/results/README.md,
 the pages' entry, becomes ``results/index.md`` and lists the pages in a hidden toctree, in the order
-it links them.
+it links them. The copies read no ``$`` as math (their front matter leaves MyST's dollarmath off).
 
 A link of a page is rewritten by what it reaches from experiments/results:
 
@@ -33,6 +33,8 @@ OUT = os.path.join(DOCS, "results")  # its docnames: results/index, results/<pag
 ENTRY = "README.md"
 INDEX = "index.md"
 IGNORE = "# written by docs/_ext/results_pages.py at every docs build: not source\n*\n"
+# the pages are prose and tables, never TeX: a "$" in them (a price, a shell variable) stays text
+FRONT_MATTER = '---\nmyst:\n  enable_extensions: ["colon_fence"]\n---\n'
 
 # [text](target) that is no image: the text without brackets, the target without spaces
 LINK = re.compile(r"(?<!!)\[([^\[\]]+)\]\(([^()\s]+)\)")
@@ -118,7 +120,7 @@ def site_files(results: str = RESULTS, docs: str = DOCS) -> dict[str, bytes]:
         with open(os.path.join(results, page), encoding="utf-8") as f:
             text = f.read()
         body, files = rewrite(text, results, docs, pages)
-        body = body.rstrip("\n") + "\n" + plots_section(body)
+        body = FRONT_MATTER + body.rstrip("\n") + "\n" + plots_section(body)
         if page == ENTRY:
             body += toctree(text, pages)
         out[site_name(page)] = body.encode("utf-8")

@@ -97,7 +97,7 @@ def test_links_the_site_cannot_hold_become_text(tmp_path):
     (docs / "reproduce.md").write_text("# Protocol\n")
     (results / "curves.png").write_bytes(b"png")
     (results / "README.md").write_text("# Results\n\n[a](a.md) and [b](b.md)\n")
-    (results / "b.md").write_text("# B\n")
+    (results / "b.md").write_text("# B\n\n$1.20 a chip-hour, $3.40 a day\n")
     (results / "a.md").write_text(
         "# A\n\n[index](README.md), [b](b.md#top), [protocol](../../docs/reproduce.md#rules), "
         "[run](a/runs/r0/), [plot](curves.png), [gone](gone.png), [web](https://example.org/x.md)\n"
@@ -112,7 +112,11 @@ def test_links_the_site_cannot_hold_become_text(tmp_path):
     )
     assert "[web](https://example.org/x.md)" in a
     assert a.endswith("## Plots\n\n:::{figure} curves.png\n:alt: plot\n\nplot\n:::\n")
-    assert "## Plots" not in files["b.md"].decode()
+    # b links no plot; its dollars stay text (the copies leave dollarmath off)
+    assert files["b.md"].decode() == (
+        '---\nmyst:\n  enable_extensions: ["colon_fence"]\n---\n'
+        "# B\n\n$1.20 a chip-hour, $3.40 a day\n"
+    )
     assert files["index.md"].decode().endswith("```{toctree}\n:hidden:\n\na\nb\n```\n")
     # written: exactly these files and the folder's own .gitignore, a stale page removed
     out = tmp_path / "docs" / "results"
