@@ -6,9 +6,13 @@ window and averaged over the batch* (``loss_reduction="sequence"``; the gradient
 per-token mean's), uniform init, per-epoch step decay; LEGW / linear / sqrt scale it to other batch
 sizes (base batch 20, x64 = 1280). ``tests/experiments/test_recipes.py`` checks the first update at
 lr 1.0 against the tutorial's formula. The reference recipe has no warmup; the base warmup here is
-1/16 epoch (so LEGW's warmup is 4 epochs at x64: the same 1/16 epoch of updates at every batch
-size). The logged train ``loss`` is per window (sum over T), ``loss_per_token`` is per token; eval
-loss and perplexity are always per token.
+1/32 epoch (LEGW's is the same 1/32 epoch of updates at every batch size: 2 epochs at x64), so
+LEGW's longest warmup ends before the small recipe's decay starts (epoch 3: first halving at epoch
+4; medium: 5 and 6, large: 13 and 14). The schedule never decays inside the warmup: with a 1/16
+base (4 epochs at x64) the small recipe's first halving would move to epoch 5 and its final LR end
+2x higher, which a run prints at start ("decay moved") and records as its plan's decay_shift. The
+logged train ``loss`` is per window (sum over T), ``loss_per_token`` is per token; eval loss and
+perplexity are always per token.
 
 Local (offline KJV corpus, tiny model, ~1 min on 2 CPU cores):
   lbtrain --config=configs/ptb_lstm.py:runlocal=True --workdir=/tmp/ptb_local
@@ -106,7 +110,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
         clip_norm=clip,
         # lr = 1.0 for the first `decay_after` epochs, then x rate per epoch (staircase)
         schedule=dict(
-            warmup_epochs=1 / 16,
+            # 2 epochs at x64: ends before the small recipe's decay starts (epoch 3); a 1/16 base
+            # (4 epochs) would move its first halving from epoch 4 to 5
+            warmup_epochs=1 / 32,
             decay="exponential",
             exponential=dict(rate=rate, start_epoch=decay_after - 1.0, staircase=True),
         ),

@@ -165,6 +165,10 @@ DEFAULT_PRNG_IMPL = PRNG_IMPLS[0]
 ADDED_FIELDS = {"prng_impl": DEFAULT_PRNG_IMPL}
 # Fields renamed after runs were made: a saved config's old name -> the name it has now.
 RENAMED_FIELDS = {"data.data_dir": "data.dir"}
+# config.json's block of what the run derived from its config (e.g. the optimizer plan's
+# decay_shift), beside the config's fields: no config field, so resume compares the fields it
+# derives from, never it (a config.json written before it has none).
+DERIVED_KEY = "derived"
 
 
 def _flatten(d: dict, prefix: str = "") -> dict:
@@ -179,6 +183,7 @@ def _flatten(d: dict, prefix: str = "") -> dict:
 
 def resume_conflicts(saved: dict, new: dict) -> list[str]:
     """``key: old -> new`` for every field that differs and would change the run."""
+    saved = {k: v for k, v in saved.items() if k != DERIVED_KEY}
     saved = {RENAMED_FIELDS.get(k, k): v for k, v in _flatten(saved).items()}
     a, b = {**ADDED_FIELDS, **saved}, _flatten(new)
     keys = sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k) and k not in RESUMABLE_CHANGES)

@@ -104,7 +104,11 @@ class _Session:
             self.state = self.checkpoints.restore(self.state)
             self.resume_step = self.checkpoints.restored_step
         config_path = rundir.path(self.workdir) / "config.json"
-        rundir.write_json(config_path, self.config.to_dict(), is_writer=self.writer_enabled)
+        # the config, and beside it what the run derived that the config does not show
+        shift = self.plan.optim.decay_shift
+        derived = {"decay_shift": dataclasses.asdict(shift) if shift is not None else None}
+        record = {**self.config.to_dict(), config_lib.DERIVED_KEY: derived}
+        rundir.write_json(config_path, record, is_writer=self.writer_enabled)
         if self.writer_enabled:
             print(self.plan.describe(), flush=True)
             if self.run.data.summary() is not None:

@@ -163,6 +163,9 @@ class OptimPlan:
     steps_per_epoch: int
     total_steps: int
     decay: str
+    # where the warmup moved the decay's first step (None: where the recipe put it); results.json's
+    # "plan" carries it, so a results page can name each run whose decay moved
+    decay_shift: schedules.DecayShift | None = None
 
 
 def _lookup(table, name: str, what: str):
@@ -253,6 +256,7 @@ def plan(cfg, *, batch_size: int, steps_per_epoch: int, num_epochs: float) -> Op
     warmup_epochs = scaling.scale_warmup_epochs(
         float(_get(sched_cfg, "warmup_epochs", 0.0)), base_batch, batch_size, warmup_rule
     )
+    decay, decay_kwargs = decay_arguments(sched_cfg)
     return OptimPlan(
         optimizer=str(cfg.name),
         scheme=scheme,
@@ -266,7 +270,10 @@ def plan(cfg, *, batch_size: int, steps_per_epoch: int, num_epochs: float) -> Op
         warmup_steps=schedules.epochs_to_steps(warmup_epochs, steps_per_epoch),
         steps_per_epoch=steps_per_epoch,
         total_steps=schedules.epochs_to_steps(num_epochs, steps_per_epoch),
-        decay=decay_arguments(sched_cfg)[0],
+        decay=decay,
+        decay_shift=schedules.decay_shift(
+            warmup_epochs, num_epochs, steps_per_epoch, decay, **decay_kwargs
+        ),
     )
 
 

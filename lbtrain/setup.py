@@ -67,21 +67,32 @@ class Plan:
             if (self.items_per_step != self.global_batch)
             else ""
         )
-        return "\n".join(
-            [
-                f"devices: {self.devices} ({self.platform}) | processes: {self.processes}",
-                f"global batch: {self.global_batch} | per-device batch: {self.per_device_batch} | "
-                f"accumulation steps: {self.accum_steps}{noise} (micro-batch per device: {micro}) "
-                f"| eval batch: {self.eval_batch}{eval_padding}",
-                f"train {unit}: {self.num_train:,} | {unit} per step: "
-                f"{self.items_per_step:,}{rows} | steps/epoch: {self.steps_per_epoch} | total "
-                f"steps: {self.total_steps} (a step is one optimizer update)",
-                f"optimizer: {p.optimizer} | scheme: {p.scheme} (lr {p.lr_rule}, warmup "
-                f"{p.warmup_rule}) | batch ratio k: {p.batch_size / p.base_batch_size:g}",
-                f"peak lr: {p.peak_lr:.6g} (base {p.base_lr:g} at batch {p.base_batch_size}) | "
-                f"warmup: {p.warmup_epochs:g} epochs = {p.warmup_steps} steps | decay: {p.decay}",
-                f"parameters: {self.num_params:,}",
-            ]
+        lines = [
+            f"devices: {self.devices} ({self.platform}) | processes: {self.processes}",
+            f"global batch: {self.global_batch} | per-device batch: {self.per_device_batch} | "
+            f"accumulation steps: {self.accum_steps}{noise} (micro-batch per device: {micro}) "
+            f"| eval batch: {self.eval_batch}{eval_padding}",
+            f"train {unit}: {self.num_train:,} | {unit} per step: "
+            f"{self.items_per_step:,}{rows} | steps/epoch: {self.steps_per_epoch} | total "
+            f"steps: {self.total_steps} (a step is one optimizer update)",
+            f"optimizer: {p.optimizer} | scheme: {p.scheme} (lr {p.lr_rule}, warmup "
+            f"{p.warmup_rule}) | batch ratio k: {p.batch_size / p.base_batch_size:g}",
+            f"peak lr: {p.peak_lr:.6g} (base {p.base_lr:g} at batch {p.base_batch_size}) | "
+            f"warmup: {p.warmup_epochs:g} epochs = {p.warmup_steps} steps | decay: {p.decay}",
+        ]
+        if p.decay_shift is not None:
+            lines.append(self.decay_shift_line())
+        return "\n".join([*lines, f"parameters: {self.num_params:,}"])
+
+    def decay_shift_line(self) -> str:
+        """One line naming where the warmup moved the decay's first step: the decay starts later
+        than the recipe's, and its learning rate ends higher."""
+        p, shift = self.optim, self.optim.decay_shift
+        past = " (past the last update: no decay)" if shift.step > self.total_steps else ""
+        return (
+            f"decay moved: the warmup ({p.warmup_epochs:g} epochs) reaches past the decay's "
+            f"start, so the first decay step is at epoch {shift.epoch:g} (update {shift.step})"
+            f"{past}, not at the recipe's epoch {shift.recipe_epoch:g} (update {shift.recipe_step})"
         )
 
 

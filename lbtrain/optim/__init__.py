@@ -44,6 +44,8 @@ from lbtrain.optim.scaling import (
 from lbtrain.optim.schedules import (
     DECAY_DEFAULTS,
     DECAYS,
+    DecayShift,
+    decay_shift,
     epochs_to_steps,
     legw_schedule,
     scaled_schedule,
@@ -58,6 +60,8 @@ __all__ = [
     "scaled_schedule",
     "warmup_decay_schedule",
     "epochs_to_steps",
+    "decay_shift",
+    "DecayShift",
     "DECAYS",
     "DECAY_DEFAULTS",
     # scaling rules

@@ -39,6 +39,9 @@ Semantics (computed from integer update counts, never from float epochs)
     :math:`\mathrm{steps}(b)`, but never inside the warmup nor on its peak update: with
     :math:`W > 0` it takes effect at :math:`\max(\mathrm{steps}(b), W + 1)`.
 
+  So a warmup that reaches past the decay's start moves the decay later (and leaves a higher
+  final rate); :func:`decay_shift` says whether it did and where to.
+
 A scalar step and an array of steps give the same values (the schedule is elementwise); eager and
 ``jit`` agree within a few ulp of each other and of the exact value, tails included. Values are in
 JAX's default float dtype. Schedules count optimizer updates, never micro-batches. Arguments are
@@ -48,6 +51,7 @@ checked when the schedule is built: a non-number, a negative learning rate (``pe
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from fractions import Fraction
 
@@ -158,6 +162,15 @@ def _exponential(peak: float, rate: float, start_step: int, total_steps: int, sp
     return value
 
 
+def _exponential_start(start_epoch, warmup_epochs) -> Fraction:
+    """The epoch the exponential decay counts from: ``max(start_epoch, warmup_epochs)`` (``None``:
+    the warmup's end), so that it never starts inside the warmup."""
+    warmup = scaling.exact(warmup_epochs, "warmup_epochs")
+    if start_epoch is None:
+        return warmup
+    return max(scaling.exact(start_epoch, "start_epoch"), warmup)
+
+
 def _decay_fn(
     decay: str, peak: float, warmup_epochs, warmup_steps: int, total_steps: int, spe: Fraction, kw
 ):
@@ -187,10 +200,7 @@ def _decay_fn(
         return cosine
     if decay == "exponential":
         rate = float(kw["rate"])
-        start = scaling.exact(
-            warmup_epochs if kw["start_epoch"] is None else kw["start_epoch"], "start_epoch"
-        )
-        start = max(start, scaling.exact(warmup_epochs))
+        start = _exponential_start(kw["start_epoch"], warmup_epochs)
         start_step = math.ceil(start * spe)
         if kw["staircase"]:
             # the epochs past it are never reached
@@ -280,6 +290,13 @@ def warmup_decay_schedule(
     ``staircase=True`` makes the exponential decay drop once per whole epoch after :math:`s_0`; a
     multistep boundary :math:`b` takes effect at :math:`\max(\mathrm{steps}(b), W + 1)`. The
     module's docstring states every rule; docs/optim.md shows them with numbers.
+
+    The decay never acts inside the warmup, so a warmup longer than the decay's start moves the
+    decay: an exponential one starts at the warmup's end (a staircase's drops follow it, one epoch
+    apart) and the multistep boundaries inside the warmup all take effect at ``W + 1``. The
+    learning rate then ends higher than the decay's arguments say (PTB-small's x0.5 an epoch from
+    epoch 3 under a 4-epoch warmup: first drop at epoch 5, not 4, and twice the final rate).
+    :func:`decay_shift` says whether the decay moved and where to.
 
     Args:
         peak_lr: the learning rate at the end of the warmup, ``>= 0``.
@@ -443,6 +460,14 @@ def legw_schedule(
     :math:`\lceil W_0 N / B_0 \rceil` updates: the same number at every batch size.
     ``scheme_schedule("legw", ...)`` is the same schedule.
 
+    The warmup grows with ``k`` in epochs, and the decay never starts inside it
+    (:func:`warmup_decay_schedule`): where ``base_warmup_epochs * k`` reaches past the recipe's
+    decay start, the decay moves later. PTB-small's recipe (x0.5 an epoch from epoch 3, staircase:
+    the first halving at epoch 4) with a base warmup of 1/16 epoch warms up over 4 epochs at x64
+    (batch 1280 from 20): its first halving moves to epoch 5 and its final learning rate is twice
+    the recipe's. A 1/32-epoch base (2 epochs at x64) leaves it at epoch 4 (the example's second
+    half). :func:`decay_shift` computes the move.
+
     Args:
         base_lr: the base recipe's peak learning rate, at ``base_batch_size``.
         base_batch_size: the base recipe's batch size.
@@ -467,6 +492,13 @@ def legw_schedule(
         64 50 0.1
         256 50 0.2
         1024 50 0.4
+        >>> decay = dict(decay="exponential", rate=0.5, start_epoch=3, staircase=True)
+        >>> for base_warmup in (1 / 16, 1 / 32):  # x64; 10 updates an epoch at 1280, 13 epochs
+        ...     schedule = optim.legw_schedule(1.0, 20, 1280, base_warmup, 10, 13, **decay)
+        ...     shift = optim.decay_shift(base_warmup * 64, 13, 10, **decay)
+        ...     print(base_warmup * 64, [float(schedule(s)) for s in (40, 50, 130)], shift)
+        4.0 [8.0, 4.0, 0.015625] DecayShift(recipe_epoch=4.0, recipe_step=40, epoch=5.0, step=50)
+        2.0 [4.0, 2.0, 0.0078125] None
     """
     return scheme_schedule(
         "legw",
@@ -481,9 +513,119 @@ def legw_schedule(
     )
 
 
+@dataclasses.dataclass(frozen=True)
+class DecayShift:
+    """A decay's first step as its arguments set it and where the warmup moved it.
+
+    :func:`decay_shift` returns one. The first step is the first update whose learning rate the
+    decay lowers: a multistep boundary's update, an exponential staircase's first drop, the update
+    after a continuous exponential's start.
+
+    Args:
+        recipe_epoch: where the decay's arguments put its first step, in epochs (``start_epoch``,
+            plus one for a staircase; the first multistep boundary).
+        recipe_step: that step's update.
+        epoch: where it is with this warmup, in epochs (a multistep boundary: the warmup's end).
+        step: the update it moved to; past the training's last update, the decay never acts.
+
+    Example:
+        >>> from lbtrain import optim
+        >>> optim.DecayShift(recipe_epoch=4.0, recipe_step=40, epoch=5.0, step=50).step
+        50
+    """
+
+    recipe_epoch: float
+    recipe_step: int
+    epoch: float
+    step: int
+
+
+def _first_decay_steps(
+    decay: str, kw: dict, warmup_epochs, warmup_steps: int, spe: Fraction
+) -> tuple[tuple[Fraction, int], tuple[Fraction, int]] | None:
+    """((epoch, update) of the decay's first step as its arguments set it, (epoch, update) where
+    :func:`warmup_decay_schedule` puts it), or None for a decay with no start of its own."""
+    if decay == "exponential" and kw["start_epoch"] is not None:
+        recipe = scaling.exact(kw["start_epoch"], "start_epoch")
+        start = _exponential_start(kw["start_epoch"], warmup_epochs)
+        if kw["staircase"]:
+            first = _boundary_steps([start + 1], spe, warmup_steps)[0]
+            return (recipe + 1, math.ceil((recipe + 1) * spe)), (start + 1, int(first))
+        # the count starts at s0: the first update it lowers is s0 + 1
+        return (recipe, math.ceil(recipe * spe) + 1), (start, math.ceil(start * spe) + 1)
+    if decay == "multistep" and len(kw["boundaries"]):
+        recipe = min(scaling.exact(b, "multistep boundary") for b in kw["boundaries"])
+        first = int(_boundary_steps([recipe], spe, warmup_steps)[0])
+        moved = first != math.ceil(recipe * spe)
+        epoch = scaling.exact(warmup_epochs, "warmup_epochs") if moved else recipe
+        return (recipe, math.ceil(recipe * spe)), (epoch, first)
+    return None  # constant, poly, cosine: no start of their own; an exponential from the warmup
+
+
+def decay_shift(
+    warmup_epochs: float | Fraction,
+    num_epochs: float | Fraction,
+    steps_per_epoch: float | Fraction,
+    decay: str = "poly",
+    **decay_kwargs,
+) -> DecayShift | None:
+    """Where the warmup moves the decay's first step, or ``None`` when it stays where its arguments
+    put it.
+
+    :func:`warmup_decay_schedule` never decays inside the warmup: an exponential decay starts at
+    ``max(start_epoch, warmup_epochs)`` (a staircase's drops move with it, one epoch apart), and a
+    multistep boundary reached inside the warmup or on its peak update takes effect on the update
+    after it, ``W + 1``. A warmup scaled with the batch (LEGW's ``base_warmup_epochs * k``) can so
+    reach past a recipe's decay start at a large ``k`` and move its decay later, leaving the final
+    learning rate higher; this function says whether it does and where to. ``constant``, ``poly``,
+    ``cosine`` and an exponential decay without a ``start_epoch`` start at the warmup's end by
+    definition: nothing moves. Neither does a decay whose first step lies past ``num_epochs``.
+
+    Args:
+        warmup_epochs: the warmup, in epochs (already scaled to the batch size).
+        num_epochs: the training length, in epochs, ``> 0``.
+        steps_per_epoch: updates per epoch, ``> 0``, read exactly as by :func:`epochs_to_steps`.
+        decay: one of :data:`DECAYS`.
+        **decay_kwargs: the decay's own arguments, as :func:`warmup_decay_schedule` takes them.
+
+    Returns:
+        A :class:`DecayShift` (the first step as the arguments set it, and where it is), or
+        ``None``.
+
+    Raises:
+        ValueError: an unknown decay or decay argument, or a value of the wrong sign.
+        TypeError: an argument that is not a number.
+
+    Example:
+        >>> from lbtrain import optim
+        >>> # PTB-small's decay (x0.5 an epoch from epoch 3, staircase: first drop at epoch 4) under
+        >>> # LEGW's x64 warmup of a 1/16-epoch base: 4 epochs, 10 updates an epoch
+        >>> optim.decay_shift(4, 13, 10, "exponential", rate=0.5, start_epoch=3, staircase=True)
+        DecayShift(recipe_epoch=4.0, recipe_step=40, epoch=5.0, step=50)
+        >>> print(optim.decay_shift(2, 13, 10, "exponential", rate=0.5, start_epoch=3,
+        ...                         staircase=True))  # a 1/32-epoch base: 2 epochs, ends before
+        None
+        >>> optim.decay_shift(1, 10, 10, "multistep", boundaries=(0.5, 6))  # on update W + 1
+        DecayShift(recipe_epoch=0.5, recipe_step=5, epoch=1.0, step=11)
+    """
+    spe = _steps_per_epoch(steps_per_epoch)
+    scaling.check_positive(num_epochs, "num_epochs")
+    kw = _resolve_decay_kwargs(decay, decay_kwargs)
+    warmup_steps = _steps(warmup_epochs, spe, "warmup_epochs")
+    first = _first_decay_steps(decay, kw, warmup_epochs, warmup_steps, spe)
+    if first is None:
+        return None
+    (recipe_epoch, recipe_step), (epoch, step) = first
+    if step == recipe_step or recipe_step > _steps(num_epochs, spe, "num_epochs"):
+        return None
+    return DecayShift(float(recipe_epoch), recipe_step, float(epoch), step)
+
+
 __all__ = [
     "DECAYS",
     "DECAY_DEFAULTS",
+    "DecayShift",
+    "decay_shift",
     "epochs_to_steps",
     "legw_schedule",
     "scaled_schedule",

@@ -84,7 +84,7 @@ def test_ptb_lstm(tmp_path):
     tokens, window = len(run.data.corpus.train), 20
     # 20 streams of (tokens - 1) // 20 tokens, cut into windows of T
     rows = ((tokens - 1) // 20) // window * 20
-    check(run, batch=20, rows=rows, base_batch=20, base_lr=1.0, base_warmup=1 / 16, epochs=1)
+    check(run, batch=20, rows=rows, base_batch=20, base_lr=1.0, base_warmup=1 / 32, epochs=1)
     assert run.plan.unit == "tok" and run.plan.items_per_step == 20 * window
 
 

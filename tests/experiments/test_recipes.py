@@ -85,9 +85,9 @@ def ptb_run(skew: float, loss_reduction: str = "sequence"):
 
 
 def word_ids(T: int, skew: float, vocab: int = 50):
-    """16 windows of 20 streams (16 updates per epoch: the recipe's 1/16-epoch warmup is one update,
-    at lr 0) of ids with frequencies ~ 1 / rank**skew: the skewer, the larger an untrained model's
-    gradient."""
+    """16 windows of 20 streams (16 updates per epoch: the recipe's 1/32-epoch warmup rounds up to
+    one update, at lr 0) of ids with frequencies ~ 1 / rank**skew: the skewer, the larger an
+    untrained model's gradient."""
     p = 1.0 / np.arange(1, vocab + 1) ** skew
     return np.random.default_rng(0).choice(vocab, 20 * T * 16 + 1, p=p / p.sum()).astype(np.int32)
 
