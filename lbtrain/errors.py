@@ -1,9 +1,11 @@
 """The project's user-facing errors: mistakes a user can fix, shown by the CLI as one line.
 
 Every class here derives from :class:`LbtrainError`. ``lbtrain.main`` prints these as
-``lbtrain: error: <message>`` and exits 2 (a mistake on the command line) or 1 (found once the run
-started); any other exception (a bug in lbtrain, JAX or Flax) keeps its traceback. A message names
-the key, file or path at fault and says what to do about it.
+``lbtrain: error: <message>`` and exits 2 for a :data:`USAGE` error (a flag, the config file, its
+arg or a config value: the command must change, wherever it was found) or 1 for any other (the
+data, storage, a resume, the device layout, divergence); any other exception (a bug in lbtrain, JAX
+or Flax) keeps its traceback. A message names the key, file or path at fault and says what to do
+about it.
 
 This module imports nothing: every layer (data, models, tasks, engine, scripts) may raise these.
 """
@@ -51,6 +53,9 @@ class DivergedError(LbtrainError):
         self.step = step
 
 
+# the errors of the command itself (exit status 2): a flag, the config file, its arg, a config value
+USAGE = (FlagError, ConfigError)
+USAGE_EXIT = 2
 # what running the same command again cannot get past: a config value, a flag, the data or the
 # device layout must change first. A scheduler does not retry a run that ended on one of these (the
 # run's workdir says so: ERROR_RECORD); storage errors and a held workdir lock may pass by
@@ -71,4 +76,6 @@ __all__ = [
     "ResumeError",
     "ShardingError",
     "StorageError",
+    "USAGE",
+    "USAGE_EXIT",
 ]

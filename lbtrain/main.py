@@ -6,8 +6,9 @@ the same to stderr and exits 2.
 
 Mistakes a user can fix are :mod:`lbtrain.errors` classes, raised where they are found, and are
 shown as one line, ``lbtrain: error: <message>`` (``LBTRAIN_TRACEBACK=1`` shows the traceback):
-exit status 2 for the command line (a flag, the config file, its arg, a ``--config.a.b`` key), 1
-once the run has started. Any other exception is a bug and keeps its traceback.
+exit status 2 for the command (a flag, the config file, its arg, a config key or value, wherever it
+is found), 1 for a failure of the run (data, storage, resume, divergence). Any other exception is a
+bug and keeps its traceback.
 
 SIGTERM and Ctrl-C (SIGINT) stop a run at its next step with a checkpoint
 (:class:`lbtrain.preemption.PreemptionWatch`): exit status 0 after a SIGTERM, 130 after a Ctrl-C; a
@@ -26,7 +27,15 @@ from collections.abc import Iterator
 from absl import app, flags
 from ml_collections import ConfigDict, config_flags
 
-from lbtrain.errors import ERROR_RECORD, MUST_FIX, ConfigError, FlagError, LbtrainError
+from lbtrain.errors import (
+    ERROR_RECORD,
+    MUST_FIX,
+    USAGE,
+    USAGE_EXIT,
+    ConfigError,
+    FlagError,
+    LbtrainError,
+)
 from lbtrain.logs import quiet_library_logs
 
 # ``--config.a.b=v``, ``--config.a.b v`` and ``--noconfig.a.b``, as ml_collections reads them
@@ -74,7 +83,11 @@ _CONFIG_FILE = _ConfigFileParser()
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Config file, with an optional :arg.")
 flags.FLAGS["config"].parser = _CONFIG_FILE
 _WORKDIR = flags.DEFINE_string("workdir", None, "Where metrics, TensorBoard events and results go.")
-flags.mark_flags_as_required(["config", "workdir"])
+# the flags every run needs, and an example of each for the line that names a missing one
+REQUIRED = {
+    "config": "--config=configs/mnist_lstm.py:runlocal=True",
+    "workdir": "--workdir=/tmp/lbtrain_run",
+}
 
 
 def _check_override(config: ConfigDict, key: str, flag: str) -> None:
@@ -143,13 +156,15 @@ def _record_error(e: LbtrainError, line: str, code: int) -> None:
 @contextlib.contextmanager
 def _one_line_errors(code: int) -> Iterator[None]:
     """An :class:`LbtrainError` inside becomes ``lbtrain: error: <message>`` and exit status
-    ``code`` (recorded in the workdir when the same command cannot get past it); every other
-    exception passes through with its traceback."""
+    ``code``, or 2 for a :data:`~lbtrain.errors.USAGE` error wherever it is found (recorded in the
+    workdir when the same command cannot get past it); every other exception passes through with
+    its traceback."""
     try:
         yield
     except LbtrainError as e:
         if os.environ.get("LBTRAIN_TRACEBACK"):
             raise
+        code = USAGE_EXIT if isinstance(e, USAGE) else code
         line = " ".join(str(e).split()) or type(e).__name__
         _record_error(e, line, code)
         _fail(line, code)
@@ -160,7 +175,7 @@ def parse_flags(argv: list[str]) -> list[str]:
     line (exit status 2).
 
     Returns: ``argv[:1]`` (the program; ``main`` takes no other arguments)."""
-    with _one_line_errors(code=2):
+    with _one_line_errors(code=USAGE_EXIT):
         _CONFIG_FILE.argv = argv[1:]
         try:
             rest = flags.FLAGS(argv)
@@ -168,6 +183,12 @@ def parse_flags(argv: list[str]) -> list[str]:
             raise FlagError(str(e)) from e
         if len(rest) > 1:
             raise FlagError(f"unexpected arguments: {' '.join(rest[1:])}")
+        for name, example in REQUIRED.items():
+            if not flags.FLAGS[name].value:
+                raise FlagError(
+                    f"--{name} is missing: every run needs it, e.g. {example} (lbtrain --help "
+                    "lists the flags)"
+                )
         return rest
 
 

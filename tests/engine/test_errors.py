@@ -25,6 +25,10 @@ CASES = {
         [MNIST, "--config.optim.scheme=cubic"],
         "unknown optim.scheme 'cubic'; valid choices: legw, linear, sqrt, none",
     ),
+    "scheme in the arg": (
+        ["--config=configs/mnist_lstm.py:runlocal=True,scheme=LEGW"],
+        "unknown optim.scheme 'LEGW'; valid choices: legw, linear, sqrt, none",
+    ),
     "bad optimizer": (
         [MNIST, "--config.optim.name=adamax"],
         "unknown optim.name 'adamax'; valid choices: sgd",
@@ -108,6 +112,16 @@ def lbtrain(workdir, *args):
     )
 
 
+# the cases that are no mistake of the command but a failure of the run (exit status 1): the
+# device layout and the data; every other case is the command's (exit status 2)
+RUN_FAILURES = {
+    "batch vs devices",
+    "batch vs devices x accumulation",
+    "PTB files missing",
+    "WMT16 not prepared",
+}
+
+
 def assert_one_line(proc, fragment):
     assert proc.returncode != 0
     lines = [line for line in proc.stderr.splitlines() if line.startswith("lbtrain: error:")]
@@ -129,7 +143,28 @@ def test_rejection(tmp_path, case):
     args, fragment = CASES[case]
     proc = lbtrain(tmp_path / "run", *args)
     assert_one_line(proc, fragment)
+    assert proc.returncode == (1 if case in RUN_FAILURES else 2)
     assert checkpoint_files(tmp_path / "run") == []
+
+
+@pytest.mark.parametrize("missing", ["workdir", "config"])
+def test_a_missing_flag_is_one_line_naming_it(tmp_path, missing):
+    given = {"config": MNIST, "workdir": f"--workdir={tmp_path / 'run'}"}
+    del given[missing]
+    proc = subprocess.run(
+        [sys.executable, "-m", "lbtrain.main", *given.values()],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 2
+    assert proc.stderr.splitlines() == [
+        f"lbtrain: error: --{missing} is missing: every run needs it, e.g. "
+        + ("--workdir=/tmp/lbtrain_run" if missing == "workdir" else f"{MNIST}")
+        + " (lbtrain --help lists the flags)"
+    ]
+    assert not (tmp_path / "run").exists()
 
 
 def test_workdir_not_writable(tmp_path):
