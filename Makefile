@@ -7,10 +7,12 @@ BIN := $(VENV)/bin
 
 .PHONY: venv demo test test-quick lint docs clean
 
+# setuptools' editable build prints an informational box ("Editable installation.") even under
+# --quiet: that one warning is filtered out, any other still shows
 $(BIN)/lbtrain: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[train,offline,test,plots,docs]'
+	PYTHONWARNINGS="ignore:Editable installation" $(BIN)/pip install --quiet -e '.[train,offline,test,plots,docs]'
 	touch $@
 
 venv: $(BIN)/lbtrain
