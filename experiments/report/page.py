@@ -92,6 +92,23 @@ def measured_wall(s: Summary, rows: list[dict]) -> str:
     )
 
 
+def decay_moved(s: Summary) -> list[str]:
+    """The runs whose warmup moved their recipe's first decay step (``decay_shift`` in the plan
+    results.json records, or in config.json's derived block before the run ended), in words."""
+    out = []
+    for run in s.runs:
+        d = s.data.get(run.name) or {}
+        shift = (d.get("plan") or {}).get("decay_shift") or (
+            ((d.get("config") or {}).get("derived") or {}).get("decay_shift")
+        )
+        if shift:
+            out.append(
+                f"{run.name} (first decay step at epoch {shift['epoch']:g}, not "
+                f"{shift['recipe_epoch']:g})"
+            )
+    return out
+
+
 def caveats(s: Summary) -> list[str]:
     """ "Read this first": the data and budget, the seeds, what the speedup counts, the hardware and
     versions, the protocol, and what keeps the numbers from being the plan's."""
@@ -134,6 +151,13 @@ def caveats(s: Summary) -> list[str]:
         lines.append(
             f"- **Other budgets**: {len(changed)} run(s) trained another number of epochs than the "
             f"plan declares, so their numbers are not the plan's: {runs}."
+        )
+    moved = decay_moved(s)
+    if moved:
+        lines.append(
+            f"- **Decay moved by the warmup** in {plural(len(moved), 'run')} (the warmup reaches "
+            "past the recipe's first decay step, so the decay starts later and ends higher than "
+            "the recipe's): " + "; ".join(moved) + "."
         )
     if drop:
         lines.append(

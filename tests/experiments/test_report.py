@@ -397,3 +397,31 @@ def test_legws_reach_and_an_ablation_table_beside_the_run_it_changes(tmp_path):
     # the ablation is not a column of the batch table
     assert "legw, no clip |" not in md.split("Every run:")[0].split("Ablation:")[0]
     assert os.path.exists(out + "_steps_vs_batch.png") and "_steps_vs_batch.png)" in md
+
+
+def test_the_page_names_a_run_whose_warmup_moved_its_decay(tmp_path):
+    exp = experiment()
+    fake_run(tmp_path, "b10_base_s0", [0.5, 0.9], 10)
+    fake_run(tmp_path, "b40_legw_s0", [0.5, 0.9], 40)
+    results = tmp_path / "runs" / "b40_legw_s0" / "results.json"
+    saved = json.loads(results.read_text())
+    saved["plan"]["decay_shift"] = {
+        "recipe_epoch": 4.0,
+        "recipe_step": 40,
+        "epoch": 5.0,
+        "step": 50,
+    }
+    results.write_text(json.dumps(saved))
+    out = str(tmp_path / "fake_local")
+    report.render(exp, "local", str(tmp_path), out, "cmd")
+    md = open(out + ".md").read()
+    assert (
+        "- **Decay moved by the warmup** in 1 run (the warmup reaches past the recipe's first "
+        "decay step, so the decay starts later and ends higher than the recipe's): b40_legw_s0 "
+        "(first decay step at epoch 5, not 4)." in md
+    )
+    # a page whose runs' decays did not move says nothing of it
+    saved["plan"]["decay_shift"] = None
+    results.write_text(json.dumps(saved))
+    report.render(exp, "local", str(tmp_path), out, "cmd")
+    assert "Decay moved" not in open(out + ".md").read()
