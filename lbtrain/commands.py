@@ -1,9 +1,10 @@
 """The console commands, ``lbtrain`` and ``lbtrain-data``, as installed.
 
-``pip install lbtrain`` is the optax library alone (jax, optax, numpy); the engine, the data, the
-models and these commands need the ``train`` extra. Before a command imports any of that, it checks
-that the extra's distributions are installed and otherwise exits with one line naming the extra
-(exit status 1), instead of an ``ImportError`` from deep inside the engine. The check reads the
+Installing lbtrain (``pip install .`` from a checkout, or its wheel) is the optax library alone
+(jax, optax, numpy); the engine, the data, the models and these commands need the ``train`` extra.
+Before a command imports any of that, it checks that the extra's distributions are installed and
+otherwise exits with one line naming the extra (exit status 1), instead of an ``ImportError`` from
+deep inside the engine. The check reads the
 installed package's own metadata, so the extra's list lives in pyproject.toml alone. A distribution
 the metadata names may be replaced by another that provides the same modules (``opencv-python`` for
 ``opencv-python-headless``): where one is absent, the command imports the engine, and goes on when

@@ -1,8 +1,9 @@
 """lbtrain.optim: LEGW schedules, batch-size scaling rules, masks and LARS / LAMB for optax.
 
-The optax library of lbtrain, and all that ``pip install lbtrain`` brings: it imports jax, optax
-and numpy and nothing else of lbtrain, and every name in ``__all__`` has its entry in the API
-reference (docs/api.md). The engine's config glue lives apart, in :mod:`lbtrain.optimizer`.
+The optax library of lbtrain, and all that installing lbtrain brings (``pip install .`` from a
+checkout, or its wheel): it imports jax, optax and numpy and nothing else of lbtrain, and every
+name in ``__all__`` has its entry in the API reference (docs/api.md). The engine's config glue
+lives apart, in :mod:`lbtrain.optimizer`.
 
 Example:
     >>> import optax
