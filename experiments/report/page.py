@@ -9,11 +9,19 @@ import os
 
 from experiments import runfiles
 from experiments.report import tuned
-from experiments.report.numbers import NOISE_CONFIDENCE, NOISE_MIN_ESTIMATES, TUNING_ROLES
+from experiments.report.findings import (
+    ablation_tables,
+    decay_moved,
+    noise_lines,
+    reach_lines,
+    reference_lines,
+)
+from experiments.report.numbers import TUNING_ROLES
 from experiments.report.summary import Summary
 from experiments.report.text import (
     PROTOCOL,
     RANGE_SEEDS,
+    blowup_text,
     cell_text,
     fmt,
     hardware_text,
@@ -90,23 +98,6 @@ def measured_wall(s: Summary, rows: list[dict]) -> str:
         f" Measured: {plural(len(walls), 'finished run')} took {took} of wall time summed (each "
         f"run's provenance.json{note})."
     )
-
-
-def decay_moved(s: Summary) -> list[str]:
-    """The runs whose warmup moved their recipe's first decay step (``decay_shift`` in the plan
-    results.json records, or in config.json's derived block before the run ended), in words."""
-    out = []
-    for run in s.runs:
-        d = s.data.get(run.name) or {}
-        shift = (d.get("plan") or {}).get("decay_shift") or (
-            ((d.get("config") or {}).get("derived") or {}).get("decay_shift")
-        )
-        if shift:
-            out.append(
-                f"{run.name} (first decay step at epoch {shift['epoch']:g}, not "
-                f"{shift['recipe_epoch']:g})"
-            )
-    return out
 
 
 def caveats(s: Summary) -> list[str]:
@@ -217,93 +208,6 @@ def main_table(s: Summary, tuned_cells: dict[str, str]) -> list[str]:
     return lines + reference_lines(s)
 
 
-def reference_lines(s: Summary) -> list[str]:
-    """A language model's reference perplexities under its batch table."""
-    ref = s.reference
-    if not ref:
-        return []
-    uniform = f"a uniform guess over the V = {ref['uniform']:,} words scores {ref['uniform']:,}"
-    if ref["unigram"] is None:
-        return ["", f"Reference (no run): {uniform}; the corpus was not readable here."]
-    return [
-        "",
-        f"Reference (no run): the training set's unigram frequencies score {s.exp.split} "
-        f"perplexity {fmt(ref['unigram'])}, and {uniform}. A run that ends above the unigram "
-        "(counted in its cell) learned nothing a word count does not know; one whose per-token "
-        f"train loss exceeds ln V = {ref['ln_v']:.2f} has diverged there (every run's first such "
-        "update is in the table of every run).",
-    ]
-
-
-def reach_lines(s: Summary) -> list[str]:
-    """LEGW's reach: the largest batch at which every seed reaches the target, and the largest at
-    which its final is within the tolerance of the base's, over the batches whose LEGW runs have
-    all ended."""
-    r = s.reach
-    if not r or not r["checked"]:
-        return []
-    b0 = r["base_batch"]
-
-    def largest(batches: list[int]) -> str:
-        if not batches:
-            return "at none of them"
-        top = max(batches)
-        gaps = [k for k in r["checked"] if k < top and k not in batches]
-        but = f" (but not at {', '.join(map(str, gaps))})" if gaps else ""
-        return f"up to batch {top} (x{top / b0:g}){but}"
-
-    tol = s.exp.tolerance
-    within = f"{tol:.0%}" if s.exp.direction == "min" else f"{fmt(tol)}"
-    return [
-        "",
-        f"**LEGW's reach** (over the batches whose LEGW runs have all ended: "
-        f"{', '.join(map(str, r['checked']))}): every seed reaches the target within the budget "
-        f"{largest(r['target'])}; its final {s.exp.metric} is within {within} of the base's "
-        f"({fmt(s.base['final'])}: {fmt(r['final_bound'])}) {largest(r['final'])}.",
-    ]
-
-
-def _clip_text(row: dict) -> str:
-    if row.get("clip_fraction") is None:
-        return "-"
-    how = "" if row.get("clip_counted") == "every update" else " of the logged"
-    return f"{row['clip_fraction']:.0%}{how}"
-
-
-def ablation_tables(s: Summary) -> list[str]:
-    """One small table per setting the ablations change: each ablation beside the run it varies
-    (the same seed), with the share of updates the clip shrank."""
-    lines = []
-    for key, pairs in s.ablations:
-        lines += [
-            "",
-            f"Ablation: `{key}` changed, one seed, beside the run it changes (clipped: the share "
-            'of updates the global-norm clip shrank; "of the logged": counted at the logged '
-            "updates only, for runs from before every update was counted):",
-            "",
-            f"| batch | run | {key} | final | steps to target | clipped | first loss > ln V |"
-            if s.reference
-            else f"| batch | run | {key} | final | steps to target | clipped |",
-            "|---|---|---|---|---|---|---|" if s.reference else "|---|---|---|---|---|---|",
-        ]
-        for name, row, varied, value, varied_value in pairs:
-            for shown, v in ((varied, varied_value), (row, value)):
-                if not shown:
-                    continue
-                cells = [
-                    str(shown["batch"]),
-                    shown["run"],
-                    fmt(v),
-                    fmt(shown.get("final")) if "final" in shown else shown.get("status", "-"),
-                    fmt(shown.get("steps_to_target")),
-                    _clip_text(shown),
-                ]
-                if s.reference:
-                    cells.append(_blowup_text(shown))
-                lines.append("| " + " | ".join(cells) + " |")
-    return lines
-
-
 def group_table(s: Summary, tuned_cells: dict[str, str]) -> list[str]:
     """The table per optimizer group x scheme, with the tuned column's ``tuned_cells``."""
     cols = list(dict.fromkeys(c for _, c in s.schemes))
@@ -358,45 +262,6 @@ def title_lines(s: Summary, command: str, verdicts: list[str]) -> list[str]:
     ]
 
 
-def _noise_window_text(x: dict) -> str:
-    """One window of the noise scale: B_simple with its interval, or why it is not measured."""
-    head = f"{x['window']} (steps {x['steps']}, {x['estimates']} estimates"
-    g = x["grad_sq_interval"]
-    if x["b_simple"] is None:
-        if g is None:
-            return f"{head}): not measured ({x['why']})"
-        return (
-            f"{head}, {x['negative']} of them negative): not measured (|G|^2 within its noise: "
-            f"{fmt(x['grad_sq'], 3)}, interval {fmt(g[0], 2)} to {fmt(g[1], 2)})"
-        )
-    lo, hi = x["b_simple_interval"]
-    return (
-        f"{head}): {fmt(x['b_simple'], 3)} ({fmt(lo, 2)} to {fmt(hi, 2)}) against a base batch "
-        f"of {fmt(x['count_per_update'], 4)}"
-    )
-
-
-def noise_lines(noise: list[dict]) -> list[str]:
-    """The base run's gradient noise scale, per window of training, with what its intervals allow
-    one to say."""
-    if not noise:
-        return []
-    conf = f"{NOISE_CONFIDENCE:.0%}"
-    return [
-        "",
-        "Gradient noise scale B_simple = tr(Sigma) / |G|^2 of the base run (McCandlish et "
-        "al. 2018), in the loss's units per update, over windows of training after the warmup, "
-        f"with {conf} percentile bootstrap intervals over each window's estimates (a window "
-        f"needs {NOISE_MIN_ESTIMATES}, and an |G|^2 interval above 0): "
-        + "; ".join(_noise_window_text(x) for x in noise)
-        + ". The estimator pairs the base batch with its own halves, so late in training, where "
-        "|G|^2 is small against the noise, it often cannot resolve |G|^2. Read B_simple only "
-        "through its interval: a batch far above the interval gains little per update from its "
-        "size, one far below it gains almost in proportion; a window that is not measured says "
-        "neither.",
-    ]
-
-
 def sensitivity_table(s: Summary) -> list[str]:
     """LEGW's sensitivity to its peak LR at the largest batch (LEGW itself as the factor 1)."""
     if not s.sensitivity:
@@ -423,13 +288,6 @@ def sensitivity_table(s: Summary) -> list[str]:
     return lines
 
 
-def _blowup_text(r: dict) -> str:
-    """Where a language model's run first diverged (its train loss above ln V), or "-"."""
-    if r.get("blowup_step") is None:
-        return "-"
-    return f"{r['blowup_step']} (lr {fmt(r['blowup_lr'], 3)}, {r['blowup_phase']})"
-
-
 def every_run_table(rows: list[dict], reference: dict | None = None) -> list[str]:
     """One line per run, the unfinished ones with their status only; for a language model, where
     its train loss first exceeded ln V, and a run that ends above the unigram says so."""
@@ -442,7 +300,7 @@ def every_run_table(rows: list[dict], reference: dict | None = None) -> list[str
     )
     lines = ["", "Every run:", "", head, "|" + "---|" * (13 if lm else 12)]
     for r in rows:
-        blowup = [_blowup_text(r)] if lm else []
+        blowup = [blowup_text(r)] if lm else []
         if "final" not in r:
             empty = " |" * (9 if lm else 8)  # the columns between the seed and the status
             lines.append(

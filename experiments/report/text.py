@@ -91,3 +91,10 @@ def wall_clock_text(hws: list[dict]) -> str:
 def plural(n: int, noun: str) -> str:
     """``n`` and the noun, with an s unless ``n`` is 1."""
     return f"{n} {noun}{'' if n == 1 else 's'}"
+
+
+def blowup_text(r: dict) -> str:
+    """Where a language model's run first diverged (its train loss above ln V), or "-"."""
+    if r.get("blowup_step") is None:
+        return "-"
+    return f"{r['blowup_step']} (lr {fmt(r['blowup_lr'], 3)}, {r['blowup_phase']})"

@@ -1,0 +1,153 @@
+"""The page's findings beside its batch table, each a pure function of the table's summary
+(:mod:`experiments.report.summary`): the runs whose warmup moved their decay, a language model's
+reference perplexities, LEGW's reach, the gradient noise scale with its intervals, and the
+ablations beside the runs they change. :mod:`experiments.report.page` places them."""
+
+from __future__ import annotations
+
+from experiments.report.numbers import NOISE_CONFIDENCE, NOISE_MIN_ESTIMATES
+from experiments.report.summary import Summary
+from experiments.report.text import blowup_text, fmt
+
+
+def decay_moved(s: Summary) -> list[str]:
+    """The runs whose warmup moved their recipe's first decay step (``decay_shift`` in the plan
+    results.json records, or in config.json's derived block before the run ended), in words."""
+    out = []
+    for run in s.runs:
+        d = s.data.get(run.name) or {}
+        shift = (d.get("plan") or {}).get("decay_shift") or (
+            ((d.get("config") or {}).get("derived") or {}).get("decay_shift")
+        )
+        if shift:
+            out.append(
+                f"{run.name} (first decay step at epoch {shift['epoch']:g}, not "
+                f"{shift['recipe_epoch']:g})"
+            )
+    return out
+
+
+def reference_lines(s: Summary) -> list[str]:
+    """A language model's reference perplexities under its batch table."""
+    ref = s.reference
+    if not ref:
+        return []
+    uniform = f"a uniform guess over the V = {ref['uniform']:,} words scores {ref['uniform']:,}"
+    if ref["unigram"] is None:
+        return ["", f"Reference (no run): {uniform}; the corpus was not readable here."]
+    return [
+        "",
+        f"Reference (no run): the training set's unigram frequencies score {s.exp.split} "
+        f"perplexity {fmt(ref['unigram'])}, and {uniform}. A run that ends above the unigram "
+        "(counted in its cell) learned nothing a word count does not know; one whose per-token "
+        f"train loss exceeds ln V = {ref['ln_v']:.2f} has diverged there (every run's first such "
+        "update is in the table of every run).",
+    ]
+
+
+def reach_lines(s: Summary) -> list[str]:
+    """LEGW's reach: the largest batch at which every seed reaches the target, and the largest at
+    which its final is within the tolerance of the base's, over the batches whose LEGW runs have
+    all ended."""
+    r = s.reach
+    if not r or not r["checked"]:
+        return []
+    b0 = r["base_batch"]
+
+    def largest(batches: list[int]) -> str:
+        if not batches:
+            return "at none of them"
+        top = max(batches)
+        gaps = [k for k in r["checked"] if k < top and k not in batches]
+        but = f" (but not at {', '.join(map(str, gaps))})" if gaps else ""
+        return f"up to batch {top} (x{top / b0:g}){but}"
+
+    tol = s.exp.tolerance
+    within = f"{tol:.0%}" if s.exp.direction == "min" else f"{fmt(tol)}"
+    return [
+        "",
+        f"**LEGW's reach** (over the batches whose LEGW runs have all ended: "
+        f"{', '.join(map(str, r['checked']))}): every seed reaches the target within the budget "
+        f"{largest(r['target'])}; its final {s.exp.metric} is within {within} of the base's "
+        f"({fmt(s.base['final'])}: {fmt(r['final_bound'])}) {largest(r['final'])}.",
+    ]
+
+
+def _clip_text(row: dict) -> str:
+    if row.get("clip_fraction") is None:
+        return "-"
+    how = "" if row.get("clip_counted") == "every update" else " of the logged"
+    return f"{row['clip_fraction']:.0%}{how}"
+
+
+def ablation_tables(s: Summary) -> list[str]:
+    """One small table per setting the ablations change: each ablation beside the run it varies
+    (the same seed), with the share of updates the clip shrank."""
+    lines = []
+    for key, pairs in s.ablations:
+        lines += [
+            "",
+            f"Ablation: `{key}` changed, one seed, beside the run it changes (clipped: the share "
+            'of updates the global-norm clip shrank; "of the logged": counted at the logged '
+            "updates only, for runs from before every update was counted):",
+            "",
+            f"| batch | run | {key} | final | steps to target | clipped | first loss > ln V |"
+            if s.reference
+            else f"| batch | run | {key} | final | steps to target | clipped |",
+            "|---|---|---|---|---|---|---|" if s.reference else "|---|---|---|---|---|---|",
+        ]
+        for name, row, varied, value, varied_value in pairs:
+            for shown, v in ((varied, varied_value), (row, value)):
+                if not shown:
+                    continue
+                cells = [
+                    str(shown["batch"]),
+                    shown["run"],
+                    fmt(v),
+                    fmt(shown.get("final")) if "final" in shown else shown.get("status", "-"),
+                    fmt(shown.get("steps_to_target")),
+                    _clip_text(shown),
+                ]
+                if s.reference:
+                    cells.append(blowup_text(shown))
+                lines.append("| " + " | ".join(cells) + " |")
+    return lines
+
+
+def _noise_window_text(x: dict) -> str:
+    """One window of the noise scale: B_simple with its interval, or why it is not measured."""
+    head = f"{x['window']} (steps {x['steps']}, {x['estimates']} estimates"
+    g = x["grad_sq_interval"]
+    if x["b_simple"] is None:
+        if g is None:
+            return f"{head}): not measured ({x['why']})"
+        return (
+            f"{head}, {x['negative']} of them negative): not measured (|G|^2 within its noise: "
+            f"{fmt(x['grad_sq'], 3)}, interval {fmt(g[0], 2)} to {fmt(g[1], 2)})"
+        )
+    lo, hi = x["b_simple_interval"]
+    return (
+        f"{head}): {fmt(x['b_simple'], 3)} ({fmt(lo, 2)} to {fmt(hi, 2)}) against a base batch "
+        f"of {fmt(x['count_per_update'], 4)}"
+    )
+
+
+def noise_lines(noise: list[dict]) -> list[str]:
+    """The base run's gradient noise scale, per window of training, with what its intervals allow
+    one to say."""
+    if not noise:
+        return []
+    conf = f"{NOISE_CONFIDENCE:.0%}"
+    return [
+        "",
+        "Gradient noise scale B_simple = tr(Sigma) / |G|^2 of the base run (McCandlish et "
+        "al. 2018), in the loss's units per update, over windows of training after the warmup, "
+        f"with {conf} percentile bootstrap intervals over each window's estimates (a window "
+        f"needs {NOISE_MIN_ESTIMATES}, and an |G|^2 interval above 0): "
+        + "; ".join(_noise_window_text(x) for x in noise)
+        + ". The estimator pairs the base batch with its own halves, so late in training, where "
+        "|G|^2 is small against the noise, it often cannot resolve |G|^2. Read B_simple only "
+        "through its interval: a batch far above the interval gains little per update from its "
+        "size, one far below it gains almost in proportion; a window that is not measured says "
+        "neither.",
+    ]
