@@ -81,6 +81,10 @@ def require_train(command: str) -> None:
 
 
 def lbtrain() -> None:
+    from lbtrain import interrupts
+
+    # first: a Ctrl-C during the imports below (seconds) is one line, then exit status 130
+    interrupts.defer(interrupts.BEFORE_TRAINING)
     require_train("lbtrain")
     from lbtrain import main
 

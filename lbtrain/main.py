@@ -12,10 +12,17 @@ bug and keeps its traceback.
 
 SIGTERM and Ctrl-C (SIGINT) stop a run at its next step with a checkpoint
 (:class:`lbtrain.preemption.PreemptionWatch`): exit status 0 after a SIGTERM, 130 after a Ctrl-C; a
-second Ctrl-C exits at once, keeping nothing since the last checkpoint.
+second Ctrl-C exits at once, keeping nothing since the last checkpoint. A Ctrl-C before training
+(the imports, the flags, the setup) is one line and exit status 130 once the phase it came in has
+ended (:mod:`lbtrain.interrupts`: from the first line of the command on).
 """
 
 from __future__ import annotations
+
+from lbtrain import interrupts
+
+if __name__ == "__main__":  # python -m lbtrain.main: before the imports below (seconds)
+    interrupts.defer(interrupts.BEFORE_TRAINING)
 
 import contextlib
 import difflib
@@ -189,6 +196,7 @@ def parse_flags(argv: list[str]) -> list[str]:
                     f"--{name} is missing: every run needs it, e.g. {example} (lbtrain --help "
                     "lists the flags)"
                 )
+        interrupts.exit_if_interrupted()  # loading the config imported JAX
         return rest
 
 
@@ -197,6 +205,7 @@ def main(argv: list[str]) -> None:
     del argv  # parse_flags refused any argument that is not a flag
     from lbtrain import config_lib, hostmem, loop, models, parallel, preemption
 
+    interrupts.exit_if_interrupted()
     quiet_library_logs()
 
     with _one_line_errors(code=1):
@@ -206,21 +215,26 @@ def main(argv: list[str]) -> None:
             mode, models.activation_bytes(_CONFIG.value)
         )  # before JAX's backend starts
         parallel.initialize_distributed(_CONFIG.value.get("distributed"))
-        try:
-            result = loop.train_and_evaluate(_CONFIG.value, _WORKDIR.value)
-        except KeyboardInterrupt:  # before the loop watches for Ctrl-C: nothing trained yet
-            print(
-                "lbtrain: interrupted before training started: nothing to keep",
-                file=sys.stderr,
-                flush=True,
-            )
-            sys.exit(preemption.INTERRUPTED_EXIT)
+        interrupts.exit_if_interrupted()
+        # a Ctrl-C during the setup inside is kept until the training loop starts, which checks
+        result = loop.train_and_evaluate(_CONFIG.value, _WORKDIR.value)
+    interrupts.exit_if_interrupted()  # after training ended (its files are written)
     if result.get("interrupted"):  # Ctrl-C: checkpointed, and said so; the shell's status for it
         sys.exit(preemption.INTERRUPTED_EXIT)
 
 
 def run() -> None:
-    """The console script: help, or parse the flags and run :func:`main`."""
+    """The console script: help, or parse the flags and run :func:`main`; a Ctrl-C before
+    training (deferred from here on, if the entry point has not yet) exits 130 in one line."""
+    interrupts.defer(interrupts.BEFORE_TRAINING)
+    try:
+        interrupts.exit_if_interrupted()  # the imports
+        _run()
+    except interrupts.Interrupted:
+        interrupts.leave()
+
+
+def _run() -> None:
     from lbtrain import cli_help
 
     args = sys.argv[1:]

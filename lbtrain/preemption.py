@@ -13,9 +13,9 @@ import threading
 
 import jax
 
-from lbtrain import hosts
+from lbtrain import hosts, interrupts
 
-INTERRUPTED_EXIT = 130  # 128 + SIGINT, what a shell reports for a Ctrl-C'd command
+INTERRUPTED_EXIT = interrupts.INTERRUPTED_EXIT
 STOPPING = (
     "lbtrain: interrupted: saving a checkpoint at the next step, then exiting (Ctrl-C again to "
     "exit at once)"
@@ -56,6 +56,10 @@ class PreemptionWatch:
 
     Once the processes agree to stop, whether any of them had a SIGINT is gathered too, so every
     process exits with the same status.
+
+    Before it, a command defers SIGINT (:mod:`lbtrain.interrupts`): a Ctrl-C that came then stops
+    the run here, before its first step (:class:`~lbtrain.interrupts.Interrupted`), and after it a
+    Ctrl-C is deferred again until the command exits.
     """
 
     def __init__(self):
@@ -71,12 +75,18 @@ class PreemptionWatch:
         if threading.current_thread() is threading.main_thread():
             for sig in watched:
                 self.previous[sig] = signal.signal(sig, self._handle)
+        if interrupts.interrupted():  # while the run was set up: no step, nothing to keep
+            self.__exit__()
+            raise interrupts.Interrupted
         return self
 
     def __exit__(self, *exc):
+        deferred = interrupts.deferring()
         for sig, handler in self.previous.items():
             signal.signal(sig, handler)
         self.previous = {}
+        if interrupts.deferring() and not deferred:  # back to the command's own handler
+            interrupts.defer(interrupts.AFTER_TRAINING)
 
     def _handle(self, signum, frame):
         if signum == signal.SIGINT:

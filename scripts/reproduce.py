@@ -60,13 +60,19 @@ docs/reproduce.md.
 
 from __future__ import annotations
 
+from checkout import ROOT  # beside this script: puts the repository on sys.path
+
+from lbtrain import interrupts
+
+if __name__ == "__main__":  # a Ctrl-C in the imports below (seconds) is one line, then 130
+    interrupts.defer("reproduce: interrupted; run the same command again to resume")
+
 import functools
 import os
 import shlex
 import sys
 
 from absl import flags
-from checkout import ROOT  # beside this script: puts the repository on sys.path
 
 from experiments import catalog, data_roots, estimate, probe, report, runfiles
 from experiments.common import UnknownPlan
@@ -287,8 +293,13 @@ def plan_cost(exp, plan):
     )
 
 
+INTERRUPTED = "reproduce: interrupted; run the same command again to resume"
+
+
 def main(argv):
+    """The command; a Ctrl-C outside a sweep leaves at the next phase's end (one line, 130)."""
     del argv
+    interrupts.exit_if_interrupted()  # the imports and the flags
     plan_name = _PLAN.value
     results = caller_path(_RESULTS.value) or os.path.join(ROOT, "experiments", "results")
     out_dir = caller_path(_OUT.value) or results
@@ -375,7 +386,8 @@ def probe_step_times(exp, plan, cost, runs_dir: str):
             _JOBS.value,
             data_dir=data_dir(),
         )
-        sweep.run()
+        with interrupts.raising():  # the scheduler stops its runs on a KeyboardInterrupt
+            sweep.run()
 
     for line in probe.probe(exp, plan, cost, run_sweep, cache):
         print(line, flush=True)
@@ -466,9 +478,10 @@ def train(exp, plan, runs_dir: str, results_dir: str) -> None:
     if missing:
         raise SystemExit("reproduce: " + "; ".join(missing))
     try:
-        sweep.run()
+        with interrupts.raising():  # the scheduler stops its runs on a KeyboardInterrupt
+            sweep.run()
     except KeyboardInterrupt:
-        print("reproduce: interrupted; run the same command again to resume", file=sys.stderr)
+        print(INTERRUPTED, file=sys.stderr)
         sys.exit(130)
     if sweep.errors:  # a config or data error: fix it, then run the same command again
         lines = [f"reproduce: {name}: {line}" for name, line in sweep.errors.items()]
@@ -496,4 +509,14 @@ if __name__ == "__main__":
     refuse_old_flags(sys.argv)
     # both spellings
     sys.argv = [a.replace("--print-commands", "--print_commands", 1) for a in sys.argv]
-    cli_help.run_script(main)
+    try:
+        cli_help.run_script(main)
+    except interrupts.Interrupted:
+        interrupts.leave()
+    except KeyboardInterrupt:  # a probe's sweep: its runs were stopped first
+        print(INTERRUPTED, file=sys.stderr)
+        sys.exit(130)
+    except SystemExit as done:  # absl's exit after main: one that came in its last phase
+        if interrupts.interrupted() and not done.code:
+            interrupts.leave()
+        raise

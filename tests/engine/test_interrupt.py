@@ -2,6 +2,7 @@
 the next step and exits 130, and the same command resumes from that step; a second Ctrl-C exits at
 once."""
 
+import functools
 import os
 import signal
 import subprocess
@@ -9,10 +10,11 @@ import sys
 import time
 
 import pytest
+from support.ctrl_c import after_import, import_of, interrupt, starts_with
 from support.run_metrics import train_steps
 
 from experiments import ROOT
-from lbtrain import preemption
+from lbtrain import interrupts, preemption
 from lbtrain.checkpoint import Checkpointer
 
 ARGS = [
@@ -92,3 +94,60 @@ def test_a_second_ctrl_c_exits_at_once_saying_nothing_since_the_checkpoint_is_ke
     ]
     assert proc.stderr.splitlines() == [preemption.STOPPING, preemption.NOTHING_KEPT]
     assert time.monotonic() - t0 < 25  # the sleep was cut short
+
+
+# ------------------------------------------------------------------------------- while starting
+
+LBTRAIN = os.path.join(os.path.dirname(sys.executable), "lbtrain")  # the console script
+STARTUP_ARGS = ["--config=configs/mnist_lstm.py:runlocal=True", "--config.num_epochs=1"]
+
+
+BEFORE_TRAINING = {  # (command, a new trigger, the delay after it)
+    # the first import after the handler is installed (the console script's first line)
+    "right after start": ([LBTRAIN], functools.partial(after_import, "lbtrain.interrupts"), 0.0),
+    "importing absl": ([LBTRAIN], functools.partial(import_of, "absl"), 0.0),
+    "importing jax": ([LBTRAIN], functools.partial(import_of, "jax"), 0.0),
+    "python -m, importing jax": (
+        [sys.executable, "-m", "lbtrain.main"],
+        functools.partial(import_of, "jax"),
+        0.0,
+    ),
+    # build(): the data, the model's initialisation and its compiled programs
+    "in the setup": ([LBTRAIN], functools.partial(import_of, "lbtrain.setup"), 0.0),
+    "later in the setup": ([LBTRAIN], functools.partial(import_of, "lbtrain.setup"), 0.8),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("point", list(BEFORE_TRAINING))
+def test_ctrl_c_before_training_is_one_line_and_exit_130(point, tmp_path):
+    """Three times at each point: the command ends with exit status 130 and one line, never a
+    traceback, a lost interrupt (the run training on) or a crash under a compiling thread."""
+    command, new_trigger, delay = BEFORE_TRAINING[point]
+    for attempt in range(3):
+        workdir = tmp_path / str(attempt)
+        status, lines = interrupt(
+            [*command, *STARTUP_ARGS, f"--workdir={workdir}"], new_trigger(), delay, WAIT
+        )
+        assert (status, lines) == (preemption.INTERRUPTED_EXIT, [interrupts.BEFORE_TRAINING]), (
+            attempt,
+            lines[-40:],
+        )
+        assert not (workdir / "metrics.jsonl").exists()
+
+
+@pytest.mark.slow
+def test_ctrl_c_during_the_first_compile_checkpoints_the_first_step_and_exits_130(tmp_path):
+    """Once training has started (the start-up summary is out, the first step compiles), Ctrl-C
+    stops the run as it does at any step: a checkpoint, then exit status 130."""
+    for attempt in range(3):
+        workdir = tmp_path / str(attempt)
+        status, lines = interrupt(
+            [LBTRAIN, *STARTUP_ARGS, f"--workdir={workdir}"], starts_with("parameters:"), 0, WAIT
+        )
+        told = [x for x in lines if "interrupt" in x.lower()]
+        assert status == preemption.INTERRUPTED_EXIT, (attempt, lines[-40:])
+        assert told[0] == preemption.STOPPING and len(told) == 2, told
+        assert told[1].startswith("interrupted at step ") and "Traceback" not in "".join(lines)
+        step = int(told[1].split()[3].split("/")[0])
+        assert Checkpointer(str(workdir), 25).latest_step() == step

@@ -13,6 +13,7 @@ import time
 
 import pytest
 from support import reproduce_cli
+from support.ctrl_c import import_of, interrupt
 from support.run_metrics import train_steps
 
 from experiments.sweep import state as sweep_state
@@ -207,3 +208,31 @@ def test_a_run_that_ends_on_a_config_or_data_error_is_not_retried_and_nothing_mo
         timeout=120,
     )
     assert alone.returncode == 2 and typo in alone.stderr and not (tmp_path / "none").exists()
+
+
+INTERRUPTED = "reproduce: interrupted; run the same command again to resume"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("point", ["importing jax", "importing experiments.sweep", "rendering"])
+def test_ctrl_c_outside_a_sweep_is_one_line_and_exit_130(tmp_path, point):
+    """Ctrl-C while reproduce.py imports (seconds: JAX), or while it renders a page: one line, exit
+    status 130, no traceback; nothing was started."""
+    exp = tmp_path / "stops.py"
+    exp.write_text(TWO_RUNS)
+    runs, results = tmp_path / "runs", tmp_path / "results"
+    if point == "rendering":  # the committed local MNIST runs, rendered into a folder of its own
+        command = [
+            *reproduce_cli.command("mnist_lstm", runs, results, f"--out={tmp_path / 'pages'}"),
+            "--render",
+        ]
+        command.remove(f"--results={results}")
+    else:
+        command = reproduce_cli.command(exp, runs, results, "--jobs=2")
+    module = "matplotlib" if point == "rendering" else point.split()[-1]
+    for _ in range(2):
+        status, lines = interrupt(command, import_of(module), wait=WAIT)
+        told = [x for x in lines if "interrupt" in x.lower()]
+        assert (status, told) == (130, [INTERRUPTED]), lines[-40:]
+        assert not any("Traceback" in x for x in lines), lines[-40:]
+        assert not runs.exists()
