@@ -170,20 +170,26 @@ EXPERIMENT = Experiment(
             paper_model_runs(),
             PAPER_MODEL_BUDGET,
             caveats="Perplexities are over the KJV's 10k-word vocabulary, not comparable with "
-            "PTB's (the paper's PTB-small: about 115). The tuned column is at 1280 only: with the "
-            "grid at 320 the plan's estimate was 321M-434M tokens, 11-15 h of the two cores at "
-            "about 4,000 tokens/s a run, two at a time (its first runs, beside other work, got "
-            "2,000), past the 12 h a CPU plan is sized for; the protocol's first drop is the grid "
-            "at 320 (then the ablations at 320, kept).",
+            "PTB's (the paper's PTB-small: about 115). The plan ran in two parts. The protocol's "
+            "sweep at x1, x16 and x64 with the tuned column at 1280 (30 runs, two at a time, each "
+            "seeing both cores: 27.8 h of wall time summed, about 14 h elapsed) found LEGW not "
+            "held at x16 and x64; the runs added after it locate where LEGW stops holding: the "
+            "batch ladder 40, 80 and 160 (LEGW on 3 seeds, `none` and `sqrt` on one), the tuned "
+            "column at 320 (its grid and best point on 3 seeds), the clip turned off (the base, "
+            "LEGW at 320 and 1280) and LEGW at 320 with a base warmup of 1/16 and 1/8 epoch, one "
+            "seed each: 26 to 30 runs, 250M-290M tokens, about 8-9 h of the two cores at the "
+            "8,800 tokens/s two runs pinned one to a core reach together "
+            "(docs/performance.md); they ran pinned, beside other work at times.",
             tuning=Tuning(
                 epochs=13.0,
                 factors=(0.25, 0.5, 1.0, 2.0, 4.0),
                 stretch=stretch,
                 batches=(320, 1280),
-                cost="2 grid runs beside the 3 the sweep has at 1280 (x0.5, x1, x2), up to 4 more "
+                cost="at 1280: 2 grid runs beside the 3 the sweep has (x0.5, x1, x2), up to 4 more "
                 "where the grid widens, up to 2 seeds of the best point and 2 budget runs (26 and "
-                "52 epochs): 75M-130M tokens, about 2.5-4.5 h of the two cores at about 4,000 "
-                "tokens/s a run, two at a time; resumable.",
+                "52 epochs); at 320: 4 grid runs beside LEGW's own (x1), up to 4 more where it "
+                "widens and up to 2 seeds of the best point: 115M-230M tokens in all, about 3.5-7 "
+                "h of the two cores at about 4,400 tokens/s a run, two at a time; resumable.",
             ),
         ),
     },
