@@ -8,7 +8,7 @@ they return the local value without touching a device.
 
 * :func:`gather` / :func:`any_process`: small integers from every process.
 * :func:`from_process_zero`: a short text decided by process 0 (an error line, a token), the same on
-  all.
+  all; :func:`raise_from_process_zero`: process 0's error raised on every process.
 * :func:`workdir_lock`: process 0 takes the workdir lock; every process learns the outcome (and
   raises the same line if it failed), then proves it sees the same workdir (the lock's token), else
   all refuse it.
@@ -60,6 +60,13 @@ def from_process_zero(text: str) -> str:
     return out.tobytes().rstrip(b"\0").decode(errors="replace")
 
 
+def raise_from_process_zero(error: LbtrainError | None) -> None:
+    """Raise process 0's ``error`` on every process, the same class with the same line; nothing
+    when it has none (the other processes pass None). A collective in a multi-process run."""
+    if any_process(error is not None):
+        _raise_line(from_process_zero(_error_line(error) if error is not None else ""))
+
+
 def _error_line(e: LbtrainError) -> str:
     return f"{type(e).__name__}\n{e}"
 
@@ -67,7 +74,8 @@ def _error_line(e: LbtrainError) -> str:
 def _raise_line(line: str) -> None:
     kind, _, message = line.partition("\n")
     known = {name: getattr(errors, name) for name in errors.__all__} | {
-        "WorkdirLocked": rundir.WorkdirLocked
+        "WorkdirLocked": rundir.WorkdirLocked,
+        "WorkdirVanished": rundir.WorkdirVanished,
     }
     error = known.get(kind, LbtrainError)
     raise error(message)

@@ -137,9 +137,20 @@ class _Session:
             unit=self.plan.unit,
         )
 
+    def check_workdir(self) -> None:
+        """Stop every process, in one line, once this run no longer holds its workdir (deleted,
+        its lock deleted, or taken over by another run): before anything more is written there,
+        which would recreate a deleted folder without its config and history or write into
+        another run's. Only process 0 holds the lock: its finding is shared first."""
+        problem = self.lock.problem()
+        if hosts.any_process(problem is not None):
+            self.writer.discard()  # a last flush would recreate the folder with this file alone
+            hosts.raise_from_process_zero(problem)
+
     def evaluate(self, step: int, again: bool = False) -> None:
         """Evaluate and log; ``again``: a finished run re-reports its final metrics (rows already
         logged stay)."""
+        self.check_workdir()
         self.progress.pause()
         results = self.run.evaluate(self.state.params, self.state.model_state)
         for split, res in results.items():
@@ -190,6 +201,7 @@ class _Session:
         check_finite(
             nan_record(self.state), self.state.params, self.config.nan_policy, self.checkpoints
         )
+        self.check_workdir()
         self.writer.flush()
         self.checkpoints.save(step, self.state, force=True)
         # another run took the workdir over (a stale lock): every process stops here, nothing lost.
@@ -334,6 +346,7 @@ def _record_failure(s: _Session, e: DivergedError) -> None:
 
 
 def _finish(s: _Session) -> dict[str, Any]:
+    s.check_workdir()  # results.json must not land in a folder recreated since the last check
     total, splits = s.plan.total_steps, s.run.data.eval_splits
     # the whole run's evaluations, across every kill and resume (this process saw only its own part)
     history = [

@@ -6,7 +6,9 @@ The progress line is :mod:`lbtrain.progress`.
 kills and resumes. Opening the writer for a run that starts at step ``s`` (the restored checkpoint's
 step, 0 for a fresh start) rewrites the file without the rows after ``s``: they belong to a process
 that was killed after its last checkpoint, and the resumed run logs those steps again. A row written
-for a (step, kind) that is already there replaces it (the file is then rewritten).
+for a (step, kind) that is already there replaces it (the file is then rewritten). A line that is
+not a whole row (torn, not UTF-8, not a JSON object, no integer ``step`` or ``kind``) is dropped at
+open with a warning naming it; the rewrite then leaves it out.
 
 GCS objects cannot be appended to, so on ``gs://`` the writer keeps the run's rows in memory and
 *rewrites* the object on :meth:`MetricWriter.flush` (one upload: atomic, a reader never sees half a
@@ -26,6 +28,7 @@ needs google-cloud-storage, and uploads again from ``__del__``, after the writer
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -47,15 +50,51 @@ def _scalar(v: Any):
     return f if math.isfinite(f) else repr(f)
 
 
-def _parse_rows(data: bytes, where) -> list[dict]:
-    rows = []
-    for n, line in enumerate(data.decode().splitlines(), 1):
-        if not line.strip():
+def _row_problem(row: Any) -> str | None:
+    """What makes ``row`` (a parsed line of ``metrics.jsonl``) unusable, or None: a row is a JSON
+    object with an integer ``step`` and a text ``kind``."""
+    if not isinstance(row, dict):
+        return "is not a JSON object"
+    step = row.get("step")
+    if not isinstance(step, int) or isinstance(step, bool):
+        return "has no integer step"
+    if not isinstance(row.get("kind"), str):
+        return "has no kind"
+    return None
+
+
+def parse_lines(data: bytes) -> list[tuple[int, dict | None, str]]:
+    """``(line number, row, "")`` for each whole, well-formed row of a ``metrics.jsonl``, and
+    ``(line number, None, what is wrong)`` for each line that is not (non-UTF-8 bytes, not JSON,
+    a row without an integer step or a kind); blank lines are skipped."""
+    out = []
+    for n, raw in enumerate(data.split(b"\n"), 1):
+        if not raw.strip():
             continue
         try:
-            rows.append(json.loads(line))
-        except ValueError:  # a torn last line from a writer that predates atomic rewrites
-            rundir.warn(f"{where}: line {n} is not JSON; dropped")
+            line = raw.decode()
+        except UnicodeDecodeError as e:
+            out.append((n, None, f"is not UTF-8 (byte 0x{raw[e.start]:02x})"))
+            continue
+        try:
+            row = json.loads(line)
+        except ValueError:
+            out.append((n, None, "is not JSON"))
+            continue
+        problem = _row_problem(row)
+        out.append((n, None, problem) if problem else (n, row, ""))
+    return out
+
+
+def _parse_rows(data: bytes, where) -> list[dict]:
+    rows = []
+    for n, row, problem in parse_lines(data):
+        if row is None:
+            # a torn last line from a writer that predates atomic rewrites, or a damaged row: one
+            # bad line must not stop the run from resuming with the rest
+            rundir.warn(f"{where}: line {n} {problem}; dropped")
+        else:
+            rows.append(row)
     return rows
 
 
@@ -217,16 +256,25 @@ class MetricWriter:
         if not self.enabled or self._closed:
             return
         self.flush()
+        self.discard()  # rows() still answers (results.json is built from it after the close)
+
+    def discard(self) -> None:
+        """Close the files without storing anything more: the workdir is gone or another run's,
+        and a flush would write there. :meth:`rows` still answers."""
+        if not self.enabled or self._closed:
+            return
         if self._append is not None:
-            self._append.close()
+            with contextlib.suppress(OSError):
+                self._append.close()
             self._append = None
         if self._tb is not None:
-            self._tb.close()
+            with contextlib.suppress(Exception):  # its file may be gone with the folder
+                self._tb.close()
             self._tb = None
         if self._staging is not None:
             shutil.rmtree(self._staging, ignore_errors=True)
             self._staging = None
-        self._closed = True  # rows() still answers (results.json is built from it after the close)
+        self._closed = True
 
 
 def read_jsonl(path) -> list[dict]:

@@ -25,7 +25,15 @@ from __future__ import annotations
 
 from lbtrain.errors import StorageError
 from lbtrain.rundir.artefacts import artefact, text_digest
-from lbtrain.rundir.lock import LOCK_NAME, RunLock, WorkdirLocked, lock, taken_over
+from lbtrain.rundir.lock import (
+    LOCK_NAME,
+    RunLock,
+    WorkdirLocked,
+    WorkdirVanished,
+    lock,
+    taken_over,
+    vanished,
+)
 from lbtrain.rundir.storage import (
     CLOUD_EXTRA,
     check_writable,
@@ -49,6 +57,7 @@ __all__ = [
     "RunLock",
     "StorageError",
     "WorkdirLocked",
+    "WorkdirVanished",
     "artefact",
     "check_writable",
     "copy_file",
@@ -63,6 +72,7 @@ __all__ = [
     "storage_errors",
     "taken_over",
     "text_digest",
+    "vanished",
     "warn",
     "write_bytes",
     "write_json",

@@ -30,6 +30,10 @@ class WorkdirLocked(StorageError):
     """Another live run holds the workdir's lock."""
 
 
+class WorkdirVanished(StorageError):
+    """The workdir, or its lock file, was deleted while the run trained."""
+
+
 class RunLock:
     """One live run per workdir: ``<workdir>/run.lock`` holds the owner's host, pid, start time and
     a heartbeat (JSON).
@@ -165,6 +169,9 @@ class RunLock:
                 warn(f"cannot refresh {self.path} ({describe_error(e)})")
                 continue
             if gen is None:
+                with contextlib.suppress(Exception):
+                    if self.store.read() is None:  # gone, not taken: problem() names it
+                        return
                 self.lost = True
                 warn(
                     f"{self.path} was taken over by another run: this run no longer owns "
@@ -178,6 +185,25 @@ class RunLock:
         time)."""
         if self.lost:
             raise taken_over(self.workdir)
+
+    def problem(self) -> StorageError | None:
+        """Why this run no longer holds its workdir, or None while it does: the lock was taken
+        over (another run's token stands in the file), or the lock file or the whole workdir is
+        gone (deleted while the run trained). One read of the lock record, cheap enough for every
+        evaluation and checkpoint; a read that fails is judged again at the next call."""
+        if self.lost:
+            return taken_over(self.workdir)
+        try:
+            current = self.store.read()
+            if current is None:
+                return vanished(self.workdir, whole=not self.workdir.exists())
+        except Exception:  # a transient storage error says nothing about the lock
+            return None
+        try:
+            token = json.loads(current[0]).get("token")
+        except (ValueError, AttributeError):
+            token = None
+        return None if token == self.owner.get("token") else taken_over(self.workdir)
 
     def release(self) -> None:
         """Stop the heartbeat and remove the lock, unless another run has taken it over."""
@@ -207,6 +233,22 @@ def taken_over(workdir: str | os.PathLike) -> WorkdirLocked:
     )
 
 
+def vanished(workdir: str | os.PathLike, whole: bool) -> WorkdirVanished:
+    """The error of a run whose workdir (``whole``) or workdir lock was deleted under it."""
+    root = path(workdir)
+    if whole:
+        return WorkdirVanished(
+            f"workdir {root} was deleted while this run trained: stopping, so that nothing is "
+            "written into a recreated folder without its config and metrics; run the same "
+            "command again to train it from the start"
+        )
+    return WorkdirVanished(
+        f"{root / LOCK_NAME} was deleted while this run trained: stopping, since nothing keeps "
+        f"a second run out of {root} any more; run the same command again to resume from the "
+        "last checkpoint"
+    )
+
+
 class _NoLock:
     """What a non-writer process holds: nothing (process 0 owns the workdir for the whole job)."""
 
@@ -214,6 +256,9 @@ class _NoLock:
 
     def check(self) -> None:
         pass
+
+    def problem(self) -> None:
+        return None
 
     def release(self) -> None:
         pass

@@ -111,22 +111,28 @@ class LocalStore:
             os.remove(self.mutex)
 
     def delete_if(self, generation) -> bool:
-        with self._locked():
-            current = self.read()
-            if current is None or current[1] != generation:
-                return False
-            os.remove(self.p)
-            return True
+        try:
+            with self._locked():
+                current = self.read()
+                if current is None or current[1] != generation:
+                    return False
+                os.remove(self.p)
+                return True
+        except FileNotFoundError:  # the folder went, and the record with it
+            return False
 
     def replace_if(self, data: bytes, generation):
-        with self._locked():
-            current = self.read()
-            if current is None or current[1] != generation:
-                return None
-            tmp = f"{self.p}.tmp{os.getpid()}"
-            write_synced(tmp, data)
-            os.replace(tmp, self.p)
-            return data
+        try:
+            with self._locked():
+                current = self.read()
+                if current is None or current[1] != generation:
+                    return None
+                tmp = f"{self.p}.tmp{os.getpid()}"
+                write_synced(tmp, data)
+                os.replace(tmp, self.p)
+                return data
+        except FileNotFoundError:  # the folder went, and the record with it
+            return None
 
 
 class GcsStore:

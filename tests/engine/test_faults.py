@@ -119,3 +119,60 @@ def test_killed_before_the_first_checkpoint_logs_each_step_once(tmp_path):
     assert train_steps(tmp_path) == list(range(1, 501))
     results = json.loads((tmp_path / "results.json").read_text())
     assert [h["step"] for h in results["history"]] == [250, 500]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("deleted", ["workdir", "lock"])
+def test_a_workdir_or_lock_deleted_under_a_run_stops_it_in_one_line(tmp_path, deleted):
+    """`rm -rf` of a live run's workdir (or of its run.lock alone) after its first evaluation: the
+    run stops at its next evaluation or checkpoint with one line naming what went, and writes
+    nothing more there (a deleted folder stays deleted: no checkpoints, results.json or
+    provenance.json in a recreated one)."""
+    import shutil
+
+    workdir = tmp_path / "run"
+    # 100 epochs (minutes) unless it stops; an evaluation every 25 steps
+    run = lbtrain(
+        workdir, MNIST, "--config.num_epochs=100", "--config.eval_every_epochs=0.1", wait=False
+    )
+    for line in run.stdout:
+        if line.startswith("eval @ step"):
+            break
+    if deleted == "workdir":
+        shutil.rmtree(workdir)
+    else:
+        (workdir / "run.lock").unlink()
+    try:
+        out, _ = run.communicate(timeout=120)
+    finally:
+        run.kill()
+    lines = [x for x in out.splitlines() if x.startswith("lbtrain: error:")]
+    assert run.returncode == 1 and len(lines) == 1 and "Traceback" not in out, out[-3000:]
+    if deleted == "workdir":
+        assert f"workdir {workdir} was deleted while this run trained" in lines[0]
+        assert not workdir.exists()
+    else:
+        assert f"{workdir / 'run.lock'} was deleted while this run trained" in lines[0]
+        assert not (workdir / "results.json").exists() and not (workdir / "run.lock").exists()
+
+
+@pytest.mark.slow
+def test_a_resume_drops_damaged_metric_rows_with_a_warning_and_finishes(tmp_path):
+    """Run the same command again on a workdir whose metrics.jsonl gained a non-UTF-8 line, a row
+    that is not an object and one without a step: each is dropped with a warning naming its line
+    (as a torn line is), and the run finishes with the rows it had."""
+    first = lbtrain(tmp_path, MNIST)
+    assert first.returncode == 0, first.stderr[-3000:]
+    path = tmp_path / "metrics.jsonl"
+    before = path.read_text()
+    n = len(before.splitlines())
+    path.write_bytes(before.encode() + b'\xff\n[1]\n{"kind": "eval"}\n')
+    again = lbtrain(tmp_path, MNIST)
+    assert again.returncode == 0 and "Traceback" not in again.stderr, again.stderr[-3000:]
+    warned = [x for x in again.stderr.splitlines() if x.startswith("lbtrain: warning:")]
+    assert warned == [
+        f"lbtrain: warning: {path}: line {n + 1} is not UTF-8 (byte 0xff); dropped",
+        f"lbtrain: warning: {path}: line {n + 2} is not a JSON object; dropped",
+        f"lbtrain: warning: {path}: line {n + 3} has no integer step; dropped",
+    ]
+    assert path.read_text() == before

@@ -2,6 +2,7 @@
 on a local folder and on the GCS emulator. The killed writer is a real process killed with SIGKILL;
 the TensorBoard side is read back with TensorBoard's own event reader."""
 
+import json
 import os
 import signal
 import subprocess
@@ -127,6 +128,32 @@ def test_killed_before_the_first_checkpoint_starts_over(tmp_path):
             w.write(s, "valid", {"loss": -s})
     w.close()
     check_history(workdir, tmp_path, 30, lambda s: s + 0.25)
+
+
+def test_a_resume_drops_every_line_that_is_not_a_whole_row_with_a_warning(tmp_path, capsys):
+    """Bytes that are not UTF-8, a row that is not an object, one without an integer step or a
+    kind, and a torn last line: each is dropped with a warning naming its line, as a torn line
+    always was, and the rewrite at open leaves them out; the good rows stay."""
+    good = [{"step": s, "kind": "train", "loss": float(s)} for s in (1, 2, 3)]
+    bad = [b"\xff\xfe", b"[1]", b'{"kind": "train"}', b'{"step": "2", "kind": "train"}']
+    bad += [b'{"step": 2}', b'{"step": 3, "kind": "tr']
+    lines = [json.dumps(good[0]).encode(), *bad[:3], json.dumps(good[1]).encode(), *bad[3:5]]
+    lines += [json.dumps(good[2]).encode(), bad[5]]
+    (tmp_path / "metrics.jsonl").write_bytes(b"\n".join(lines))
+    w = metrics.MetricWriter(tmp_path, resume_step=3, tensorboard=False)
+    assert w.rows() == good
+    w.close()
+    err = capsys.readouterr().err.splitlines()
+    where = tmp_path / "metrics.jsonl"
+    assert err == [
+        f"lbtrain: warning: {where}: line 2 is not UTF-8 (byte 0xff); dropped",
+        f"lbtrain: warning: {where}: line 3 is not a JSON object; dropped",
+        f"lbtrain: warning: {where}: line 4 has no integer step; dropped",
+        f"lbtrain: warning: {where}: line 6 has no integer step; dropped",
+        f"lbtrain: warning: {where}: line 7 has no kind; dropped",
+        f"lbtrain: warning: {where}: line 9 is not JSON; dropped",
+    ]
+    assert [json.loads(x) for x in where.read_text().splitlines()] == good
 
 
 def test_rewriting_a_row_replaces_it(tmp_path):

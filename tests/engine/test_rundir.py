@@ -286,6 +286,38 @@ def test_heartbeat_refreshes_and_detects_a_takeover(where, tmp_path, request, ca
     assert rundir.read_json(f"{wd}/run.lock")["host"] == "another-host"  # not removed by the loser
 
 
+@pytest.mark.parametrize("where", ["local", "gcs"])
+def test_a_deleted_lock_or_workdir_is_noticed_and_released_quietly(where, tmp_path, request):
+    """What the loop asks at each evaluation and checkpoint (lock.problem()): None while the run
+    holds its workdir; a WorkdirVanished line once its lock file or the whole folder is deleted
+    (the heartbeat then stops without calling it a takeover); a takeover once another run's lock
+    stands there. Releasing a lock whose folder is gone raises nothing."""
+    import shutil
+
+    wd = workdir_for(where, tmp_path, request)
+    held = rundir.lock(wd, heartbeat_s=0.1)
+    assert held.problem() is None
+    rundir.write_json(f"{wd}/config.json", {})  # on GCS the folder is its objects: keep one
+    rundir.path(f"{wd}/run.lock").unlink()
+    time.sleep(0.5)  # a few beats: none may call it a takeover
+    assert not held.lost
+    problem = held.problem()
+    assert isinstance(problem, rundir.WorkdirVanished) and "run.lock was deleted" in str(problem)
+    if where == "local":  # the whole folder (GCS has no folder of its own to delete)
+        shutil.rmtree(wd)
+        assert "workdir " + wd + " was deleted while this run trained" in str(held.problem())
+        rundir.path(wd).mkdir()
+    # a second run took the workdir (nothing stopped it): its token is not ours
+    other = rundir.lock(wd, heartbeat_s=0)
+    assert isinstance(held.problem(), rundir.WorkdirLocked)
+    held.release()
+    other.release()
+    shutil.rmtree(wd, ignore_errors=True)
+    held = rundir.lock(str(tmp_path / "gone"), heartbeat_s=0)
+    shutil.rmtree(tmp_path / "gone")
+    held.release()  # nothing to remove, and no error
+
+
 def test_non_writer_takes_no_lock(tmp_path):
     with rundir.lock(tmp_path, is_writer=False):
         assert not (tmp_path / "run.lock").exists()
