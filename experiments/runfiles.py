@@ -12,7 +12,13 @@ them.
   lock or a storage error writes none: those are retried.
 
 :func:`publish` copies a finished run's files (not its checkpoints) to
-``<results_dir>/runs/<run>/``, what the pages are rebuilt from.
+``<results_dir>/runs/<run>/``, what the pages are rebuilt from. Every reader goes through
+:func:`check_files`, which trusts no file: each must parse (``metrics.jsonl`` line by line: UTF-8,
+a JSON object with an integer ``step`` and a ``kind``, in step order), a finished run must have
+all four files and a diverged one its config and metrics, and a finished run's last metrics row
+must be at the step its ``results.json`` says it ended at. A run that fails is
+:class:`DamagedRun`, one line naming the file: never published, and shown as damaged by the
+report (:func:`read_run`'s ``"damaged"``).
 """
 
 from __future__ import annotations
@@ -23,7 +29,7 @@ import json
 from experiments import tuning
 from experiments.backends.workdir import FAILURE, LOG_NAME, RESULTS
 from experiments.common import Experiment, Plan, Run
-from lbtrain import errors, rundir
+from lbtrain import errors, metrics, rundir
 
 # what publishing copies, in this order; results.json or failure.json last, so a published folder
 # with either one holds the rest
@@ -81,28 +87,155 @@ def last_error_line(run_dir: str) -> str | None:
     return lines[-1].removeprefix(ERROR_PREFIX) if lines else None
 
 
-def read_run(run_dir: str) -> dict | None:
-    """A run's files as one dict (None before its first metrics row): the metrics rows, results,
-    failure, plans, provenance and config."""
-    data = rundir.read_bytes(rundir.path(run_dir) / "metrics.jsonl")
+class DamagedRun(Exception):
+    """A run's files that do not parse, or that disagree with each other: one line naming the
+    file."""
+
+
+def _damaged(line: str) -> dict:
+    """What a damaged run reads as: read_run's shape with nothing in it, and the line."""
+    return {
+        "rows": [],
+        "results": {},
+        "failure": {},
+        "plan": {},
+        "run_plan": {},
+        "provenance": {},
+        "config": {},
+        "finished": False,
+        "damaged": line,
+    }
+
+
+def _read_files(run_dir: str) -> dict[str, bytes | None]:
+    """The bytes of each of :data:`RUN_FILES` in ``run_dir`` (None where one does not exist)."""
+    return {name: rundir.read_bytes(join(run_dir, name)) for name in RUN_FILES}
+
+
+def _object(run_dir: str, name: str, data: bytes | None, required: bool) -> dict:
+    """The JSON object in file ``name`` ({} where it does not exist and is not ``required``)."""
+    where = join(run_dir, name)
     if data is None:
+        if required:
+            raise DamagedRun(f"{where} is missing")
+        return {}
+    try:
+        value = json.loads(data)
+    except ValueError as e:  # UnicodeDecodeError included
+        raise DamagedRun(f"{where} is not valid JSON ({e})") from None
+    if not isinstance(value, dict):
+        raise DamagedRun(f"{where} is not a JSON object")
+    return value
+
+
+def _rows(run_dir: str, data: bytes) -> list[dict]:
+    """Every row of ``metrics.jsonl``: each line a whole row (a JSON object with an integer step
+    and a kind), in step order, no (step, kind) twice."""
+    where = join(run_dir, "metrics.jsonl")
+    rows: list[dict] = []
+    seen: set[tuple[int, str]] = set()
+    for n, row, problem in metrics.parse_lines(data):
+        if row is None:
+            raise DamagedRun(f"{where}: line {n} {problem}")
+        step, kind = row["step"], row["kind"]
+        if rows and step < rows[-1]["step"]:
+            raise DamagedRun(f"{where}: line {n} (step {step}) follows step {rows[-1]['step']}")
+        if (step, kind) in seen:
+            raise DamagedRun(f"{where}: line {n} repeats the {kind} row of step {step}")
+        seen.add((step, kind))
+        rows.append(row)
+    return rows
+
+
+def _last_step(run_dir: str, results: dict) -> int:
+    """The step a finished run ended at, as its ``results.json`` says it (its final evaluations
+    and its plans' total steps), where every place that names it agrees."""
+    where = join(run_dir, RESULTS)
+    named: dict[str, object] = {}
+    for key in ("plan", "run_plan", "final", "final_by_split"):
+        if not isinstance(results.get(key, {}), dict):
+            raise DamagedRun(f"{where}: {key} is not a JSON object")
+    for key in ("plan", "run_plan"):
+        if "total_steps" in results.get(key, {}):
+            named[f"{key}.total_steps"] = results[key]["total_steps"]
+    if "step" in results.get("final", {}):
+        named["final.step"] = results["final"]["step"]
+    for split, final in results.get("final_by_split", {}).items():
+        if not isinstance(final, dict):
+            raise DamagedRun(f"{where}: final_by_split.{split} is not a JSON object")
+        if "step" in final:
+            named[f"final_by_split.{split}.step"] = final["step"]
+    if not named:
+        raise DamagedRun(f"{where} names no step the run ended at (final, total_steps)")
+    for key, step in named.items():
+        if not isinstance(step, int) or isinstance(step, bool):
+            raise DamagedRun(f"{where}: {key} is not an integer ({step!r})")
+    if len(set(named.values())) > 1:
+        says = ", ".join(f"{k} {v}" for k, v in named.items())
+        raise DamagedRun(f"{where} disagrees with itself ({says})")
+    return next(iter(named.values()))
+
+
+def check_files(run_dir: str, files: dict[str, bytes | None]) -> dict | None:
+    """A run's files (``files``: :data:`RUN_FILES`' bytes, as read from ``run_dir``) parsed and
+    checked, as :func:`read_run` returns them; None before its first metrics row. Raises
+    :class:`DamagedRun`, one line naming the file, where a file does not parse or the files
+    disagree: a finished run has all four files, a diverged one its config and metrics, and a
+    finished run's last metrics row is at the step its ``results.json`` says it ended at."""
+    finished, failed = files[RESULTS] is not None, files[FAILURE] is not None
+    if files["metrics.jsonl"] is None and not (finished or failed):
         return None
-    rows = [json.loads(line) for line in data.decode().splitlines() if line.strip()]
-
-    def load(name: str) -> dict:
-        return rundir.read_json(rundir.path(run_dir) / name, {})
-
-    results = load("results.json")
+    ended = finished or failed
+    config = _object(run_dir, "config.json", files["config.json"], required=ended)
+    results = _object(run_dir, RESULTS, files[RESULTS], required=False)
+    failure = _object(run_dir, FAILURE, files[FAILURE], required=False)
+    if failed and not isinstance(failure.get("error"), str):
+        raise DamagedRun(f"{join(run_dir, FAILURE)} holds no error line")
+    provenance = _object(run_dir, "provenance.json", files["provenance.json"], finished)
+    if files["metrics.jsonl"] is None:
+        raise DamagedRun(f"{join(run_dir, 'metrics.jsonl')} is missing")
+    rows = _rows(run_dir, files["metrics.jsonl"])
+    if finished:
+        step = _last_step(run_dir, results)
+        last = rows[-1]["step"] if rows else None
+        if last != step:
+            at = f"ends at step {last}" if rows else "has no rows"
+            raise DamagedRun(
+                f"{join(run_dir, 'metrics.jsonl')} {at}, but {join(run_dir, RESULTS)} says the "
+                f"run ended at step {step}"
+            )
     return {
         "rows": rows,
         "results": results,
-        "failure": load("failure.json"),
+        "failure": failure,
         "plan": results.get("plan", {}),
         "run_plan": results.get("run_plan", {}),
-        "provenance": load("provenance.json"),
-        "config": load("config.json"),
-        "finished": bool(results),
+        "provenance": provenance,
+        "config": config,
+        "finished": finished,
+        "damaged": None,
     }
+
+
+def damage(run_dir: str) -> str | None:
+    """The line that says what is wrong with the files of the run in ``run_dir``, or None when
+    they parse and agree (or there are none yet)."""
+    try:
+        check_files(run_dir, _read_files(run_dir))
+    except DamagedRun as e:
+        return str(e)
+    return None
+
+
+def read_run(run_dir: str) -> dict | None:
+    """A run's files as one dict (None before its first metrics row): the metrics rows, results,
+    failure, plans, provenance and config, every file checked (:func:`check_files`). A run whose
+    files do not parse or disagree reads as one with no rows and ``"damaged"``: the line that says
+    what is wrong, naming the file (None for every other run)."""
+    try:
+        return check_files(run_dir, _read_files(run_dir))
+    except DamagedRun as e:
+        return _damaged(str(e))
 
 
 def wall_seconds(provenance: dict) -> tuple[float, bool] | None:
@@ -135,10 +268,10 @@ def finals(exp: Experiment, results_dir: str, read=None) -> tuning.Final:
     def final(name: str):
         if name in cache:
             return cache[name]
-        if rundir.path(join(results_dir, "runs", name, "failure.json")).exists():
+        d = read(name)
+        if d and d["failure"]:
             cache[name] = tuning.STOPPED
         else:
-            d = read(name)
             ev = evals(d, exp.split, exp.metric) if d and d["finished"] else []
             if not ev:
                 return None
@@ -162,28 +295,53 @@ def published(name: str, results_dir: str) -> bool:
 def publish(name: str, runs_dir: str, results_dir: str) -> bool:
     """Copy run ``name``'s files (not its checkpoints) from ``runs_dir/<name>`` to
     ``results_dir/runs/<name>/``; returns whether the run has an outcome (else nothing is
-    copied)."""
+    copied). A run with an outcome whose files are incomplete or disagree (:func:`check_files`)
+    is not copied: :class:`DamagedRun` says why."""
     src = join(runs_dir, name)
-    if outcome(src) is None:
+    if outcome(src) is None:  # two look-ups, not five reads: asked of every waiting run
         return False
+    files = _read_files(src)
+    if files[RESULTS] is None and files[FAILURE] is None:  # gone since
+        return False
+    check_files(src, files)  # the bytes checked are the bytes copied
     dst = join(results_dir, "runs", name)
     for file in RUN_FILES:
-        data = rundir.read_bytes(join(src, file))
-        if data is not None:
-            rundir.write_bytes(join(dst, file), data)
+        if files[file] is not None:
+            rundir.write_bytes(join(dst, file), files[file])
     return True
 
 
-def publish_ended(exp: Experiment, plan: Plan, runs_dir: str, results_dir: str) -> list[str]:
+def set_aside(run_dir: str) -> str:
+    """Rename the workdir ``run_dir`` to ``<run_dir>.damaged-<n>`` (the first ``n`` free), kept
+    whole for a look; returns the new name. The run then trains again from the start."""
+    n = 1
+    while rundir.path(f"{run_dir}.damaged-{n}").exists():
+        n += 1
+    target = f"{run_dir}.damaged-{n}"
+    with rundir.storage_errors(run_dir, f"move aside to {target}"):
+        rundir.path(run_dir).rename(rundir.path(target))
+    return target
+
+
+def publish_ended(
+    exp: Experiment, plan: Plan, runs_dir: str, results_dir: str
+) -> tuple[list[str], list[str]]:
     """Publish every run of the plan (and of its tuned column, as it unfolds) that has ended in
-    ``runs_dir`` and is not published yet; returns their names."""
+    ``runs_dir`` and is not published yet; returns their names, and a line for each run that ended
+    with damaged files (:class:`DamagedRun`), which is not published."""
     seen: set[str] = set()
-    out = []
+    out: list[str] = []
+    damaged: list[str] = []
     while True:
         new = [r for r in all_runs(exp, plan, finals(exp, results_dir)) if r.name not in seen]
         if not new:
-            return out
+            return out, damaged
         for r in new:
             seen.add(r.name)
-            if not published(r.name, results_dir) and publish(r.name, runs_dir, results_dir):
-                out.append(r.name)
+            if published(r.name, results_dir):
+                continue
+            try:
+                if publish(r.name, runs_dir, results_dir):
+                    out.append(r.name)
+            except DamagedRun as e:
+                damaged.append(f"{r.name}: not published: {e}")

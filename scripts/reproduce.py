@@ -34,7 +34,10 @@ run resumes from its last checkpoint when run again. A finished run's ``config.j
 (``<name>[_<plan>].md``, ``.csv``, ``_*.png``) are rendered from those files alone
 (:mod:`experiments.report`): ``--render`` rebuilds them, byte for byte, from what is committed
 (the plots need ``lbtrain[plots]``: without matplotlib the pages and CSVs are written and one line
-says so). ``--results=DIR`` publishes and reads the per-run files under ``DIR`` instead;
+says so). Every run's files are checked as they are read (:mod:`experiments.runfiles`): a
+published run whose files do not parse or disagree is one line naming the file, and the command
+exits 1 with its pages left as they were (``--allow_damaged``: rendered, the run shown as damaged).
+``--results=DIR`` publishes and reads the per-run files under ``DIR`` instead;
 ``--out=DIR`` writes the pages there (created) and still reads the runs from the results.
 
 A plan with a tuned column (:mod:`experiments.tuning`) unfolds as its runs finish: the learning-rate
@@ -135,6 +138,13 @@ _PRINT = flags.DEFINE_bool("print_commands", False, "Print one shell command per
 _RENDER = flags.DEFINE_bool(
     "render", False, "Only render, from the committed per-run files (no training)."
 )
+_ALLOW_DAMAGED = flags.DEFINE_bool(
+    "allow_damaged",
+    False,
+    "Render pages even where a published run's files do not parse or disagree (the run is shown "
+    "as damaged). Without it such a run is one line naming the file, and the command exits 1 "
+    "with that experiment's pages left as they were.",
+)
 _ESTIMATE = flags.DEFINE_bool(
     "estimate",
     False,
@@ -189,7 +199,8 @@ _EXTRA = flags.DEFINE_multi_string(
 def render_one(exp, plan_name: str, results: str, out_dir: str) -> bool:
     """Render ``<out_dir>/<name>[_<plan>].{md,csv}`` and its plots from the runs published under
     ``results``; True when the plots were left out (no matplotlib). A plan with no run published
-    gets no files, and one line saying so."""
+    gets no files, and one line saying so. A run whose files are damaged raises
+    :class:`experiments.report.DamagedRuns` before anything is written, unless --allow_damaged."""
     command = "python scripts/reproduce.py --experiment=" + exp.name
     if plan_name != "full":
         command += f" --plan={plan_name}"
@@ -206,9 +217,24 @@ def render_one(exp, plan_name: str, results: str, out_dir: str) -> bool:
         return False
     os.makedirs(out_dir, exist_ok=True)
     out_prefix = os.path.join(out_dir, exp.tag(plan_name))
-    s, plots_skipped = report.render(exp, plan_name, results_dir, out_prefix, command)
+    s, plots_skipped = report.render(
+        exp, plan_name, results_dir, out_prefix, command, allow_damaged=_ALLOW_DAMAGED.value
+    )
     print(f"rendered {s.finished}/{len(s.rows)} runs -> {out_prefix}.md")
+    for line in report.damaged(s):
+        print(f"reproduce: rendered as damaged: {line}", flush=True)
     return plots_skipped
+
+
+def refuse_damaged(lines: list[str]) -> None:
+    """One line per damaged run (stderr), then exit 1, the last line saying what to do."""
+    lines = [f"reproduce: damaged run {line}" for line in lines]
+    for line in lines[:-1]:
+        print(line, file=sys.stderr, flush=True)
+    raise SystemExit(
+        f"{lines[-1]} (pages of the damaged runs' experiments left as they were: restore or "
+        "publish those runs again, or render them as damaged with --allow_damaged)"
+    )
 
 
 NO_PLOTS = (
@@ -309,9 +335,16 @@ def main(argv):
         having = [e for e in map(catalog.load, catalog.names()) if plan_name in e.plan_names()]
         if not having:
             raise SystemExit(f"reproduce: --plan={plan_name}: no experiment has that plan")
-        skipped = [render_one(e, plan_name, results, out_dir) for e in having]
+        skipped, damaged = [], []
+        for e in having:
+            try:
+                skipped.append(render_one(e, plan_name, results, out_dir))
+            except report.DamagedRuns as d:
+                damaged += d.lines
         if any(skipped):
             print(NO_PLOTS, flush=True)
+        if damaged:
+            refuse_damaged(damaged)
         return
     executor_module()  # another executor's flag is refused on every path
     try:
@@ -341,16 +374,22 @@ def main(argv):
     try:
         if _PUBLISH.value or _RENDER.value:
             if _PUBLISH.value:
-                for name in runfiles.publish_ended(exp, plan, runs_dir, results_dir):
+                names, damaged = runfiles.publish_ended(exp, plan, runs_dir, results_dir)
+                for name in names:
                     print(f"{name}: published", flush=True)
+                for line in damaged:
+                    print(line, flush=True)
         else:
             train(exp, plan, runs_dir, results_dir)
             if _ESTIMATE.value:
                 return
     except (scheduler.SweepError, ExecutorError) as e:
         raise SystemExit(f"reproduce: {e}") from None
-    if render_one(exp, plan_name, results, out_dir):
-        print(NO_PLOTS, flush=True)
+    try:
+        if render_one(exp, plan_name, results, out_dir):
+            print(NO_PLOTS, flush=True)
+    except report.DamagedRuns as d:
+        refuse_damaged(d.lines)
 
 
 def probe_cache() -> StepTimes:

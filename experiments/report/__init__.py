@@ -38,14 +38,37 @@ def write_csv(s: Summary, path: str) -> None:
             w.writerow({k: r.get(k) for k in keys})
 
 
+class DamagedRuns(Exception):
+    """Runs whose files do not parse or disagree (:func:`experiments.runfiles.check_files`):
+    ``lines`` holds one line per run, naming the file."""
+
+    def __init__(self, lines: list[str]):
+        super().__init__("; ".join(lines))
+        self.lines = lines
+
+
+def damaged(s: Summary) -> list[str]:
+    """One line per run of ``s`` whose files are damaged: its name, then what is wrong."""
+    return [f"{name}: {d['damaged']}" for name, d in s.data.items() if d and d.get("damaged")]
+
+
 def render(
-    exp: Experiment, plan_name: str, results_dir: str, out_prefix: str, command: str
+    exp: Experiment,
+    plan_name: str,
+    results_dir: str,
+    out_prefix: str,
+    command: str,
+    allow_damaged: bool = False,
 ) -> tuple[Summary, bool]:
     """Summarise the runs under ``results_dir/runs`` and write ``out_prefix``.csv/.md/_*.png;
     ``plan_name`` names the experiment's plan (``full``, ``local``, ...). Returns the summary and
     whether the plots were left out (a finished run to plot, but matplotlib cannot be imported:
-    the page and the CSV do not depend on the plots)."""
+    the page and the CSV do not depend on the plots). A run whose files are damaged raises
+    :class:`DamagedRuns` before anything is written, unless ``allow_damaged``: then the page
+    shows it as damaged."""
     s = build(exp, plan_name, results_dir)
+    if not allow_damaged and damaged(s):
+        raise DamagedRuns(damaged(s))
     write_csv(s, out_prefix + ".csv")
     page.write_markdown(s, out_prefix + ".md", command)
     if not s.finished:

@@ -8,7 +8,12 @@ and ``sweep.json``, and reads the runs' workdirs (:mod:`experiments.runfiles`) t
 ended:
 
 - ``results.json``: finished; ``failure.json``: diverged, a result. Either is published to
-  ``<results_dir>/runs/<run>/`` and never run again.
+  ``<results_dir>/runs/<run>/`` and never run again, once its files are complete and agree
+  (:func:`experiments.runfiles.check_files`). A run whose files do not is not published: its
+  workdir is moved aside to ``<run>.damaged-<n>`` and the next pass trains it again (where its
+  ``run.lock`` is left, a killed run's, it is resumed instead).
+- no workdir at all (deleted while the run trained): reported as stopped; the next pass trains
+  it again.
 - neither (killed, preempted, a held workdir lock, a storage error): reported as stopped, not
   started again in this pass; the next ``reproduce.py`` resumes it from its checkpoint.
 - neither, after an error that running it again cannot get past (exit status 2, or the workdir's
@@ -36,6 +41,7 @@ from experiments.common import Experiment, Plan, Run
 from experiments.sweep import state as sweep_state
 from experiments.sweep.executors.base import Executor, Job, Slot
 from experiments.sweep.state import SweepState
+from lbtrain import rundir
 
 __all__ = ["Slot", "Sweep", "SweepError", "launch_order", "lbtrain_args", "pick", "unplaceable"]
 
@@ -129,6 +135,7 @@ class Sweep:
         self.done: set[str] = set()  # published, or ended without an outcome in this pass
         # run -> the line of the config or data error it ended on: no new run starts after one
         self.errors: dict[str, str] = {}
+        self.damaged: set[str] = set()  # runs whose damaged files this pass has reported
 
     @functools.cached_property
     def state(self) -> SweepState:
@@ -156,13 +163,34 @@ class Sweep:
         data = data_roots.data_flags(self.exp, self.plan, run, self.data_dir)
         return lbtrain_args(self.exp, run, self.plan, self.workdir(run), [*data, *self.extra])
 
+    def _publish(self, run: Run) -> bool | str:
+        """Publish ``run``'s ended files (:func:`experiments.runfiles.publish`): True when
+        published, False when it has no outcome, else the line of what is wrong with its files,
+        which are then never published. A damaged workdir that no run holds any more (no
+        ``run.lock``: say, one deleted while it trained and recreated by what went on writing) is
+        moved aside and the run trains again from the start; one with a lock left (the run was
+        killed before it released it) is resumed, which writes its last files again."""
+        try:
+            return runfiles.publish(run.name, self.runs_dir, self.results_dir)
+        except runfiles.DamagedRun as e:
+            workdir = self.workdir(run)
+            if rundir.path(runfiles.join(workdir, rundir.LOCK_NAME)).exists():
+                return f"{e} (not published; its lock is left: the next attempt resumes it)"
+            return f"{e} (not published; moved to {runfiles.set_aside(workdir)})"
+
     def _settled(self, run: Run) -> bool:
         """Whether ``run`` needs no training: published earlier, or finished in its workdir (then
-        published now)."""
+        published now; one whose files are damaged is not, and trains: :meth:`_publish`)."""
         rec = self.state.run(run.name)
-        if runfiles.published(run.name, self.results_dir) or runfiles.publish(
-            run.name, self.runs_dir, self.results_dir
-        ):
+        published = runfiles.published(run.name, self.results_dir)
+        if not published:
+            published = self._publish(run)
+            if isinstance(published, str):
+                if run.name not in self.damaged:  # once, though it may wait for a slot a while
+                    self.damaged.add(run.name)
+                    self.live(run.name, f"damaged files: {published}")
+                return False
+        if published:
             outcome = runfiles.outcome(runfiles.join(self.results_dir, "runs", run.name))
             finished = outcome == runfiles.Outcome.FINISHED
             rec.status = sweep_state.FINISHED if finished else sweep_state.FAILED
@@ -210,9 +238,17 @@ class Sweep:
         rec = self.state.run(name)
         self.done.add(name)
         outcome = runfiles.outcome(self.workdir(run))
-        if outcome is not None:
-            runfiles.publish(name, self.runs_dir, self.results_dir)
-        if outcome == runfiles.Outcome.FINISHED:
+        published = self._publish(run) if outcome is not None else False
+        if isinstance(published, str):
+            rec.status = sweep_state.STOPPED
+            text = f"ended with damaged files: {published}; the next pass trains it again"
+        elif not rundir.path(self.workdir(run)).exists():
+            rec.status = sweep_state.STOPPED
+            text = (
+                f"stopped without a result (exit {code}): its workdir {self.workdir(run)} is "
+                "gone (deleted while it ran?); the next pass trains it again"
+            )
+        elif outcome == runfiles.Outcome.FINISHED:
             rec.status, text = sweep_state.FINISHED, "done (published)"
         elif outcome == runfiles.Outcome.FAILED:
             failure = runfiles.read_failure(self.workdir(run))

@@ -15,7 +15,7 @@ import threading
 import time
 
 import pytest
-from support import reproduce_cli
+from support import fake_runs, reproduce_cli
 from support.fake_gcloud import FakeSlice
 from support.forced_devices import xla_flags
 from support.run_metrics import untimed
@@ -333,10 +333,8 @@ def test_reset_preemptions_zeroes_the_counts_in_sweep_json(tmp_path, gcs):
     before the pass (here a pass with nothing left to run); elsewhere it is refused in one line."""
     exp, fs, env = pool_of_fakes(tmp_path, gcs)
     runs, results = f"{gcs.root}/runs", tmp_path / "results"
-    published = results / "pool_local" / "runs"
     for name in ("b12_base", "b32_legw", "b32_div"):  # every run has ended: nothing launches
-        (published / name).mkdir(parents=True)
-        (published / name / "results.json").write_text("{}")
+        fake_runs.fake_run(results / "pool_local", name, [0.5], 12)
     counts = {"b12_base": 4, "b32_legw": 0, "b32_div": 1}
     runs_state = {n: {"status": "stopped", "preemptions": c} for n, c in counts.items()}
     rundir.write_json(f"{runs}/sweep.json", {"executor": "tpu", "slots": {}, "runs": runs_state})

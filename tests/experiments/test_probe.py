@@ -90,13 +90,16 @@ def test_probe_measures_caches_and_the_next_estimate_reads_the_cache(tmp_path):
 
 
 def published(root, name: str, times: list[tuple[int, float]], wall_s: float) -> None:
-    """A finished run's published files: logged train rows (step, train_time_s), results and the
-    provenance's wall time."""
+    """A finished run's published files: its config, logged train rows (step, train_time_s),
+    results that end at the last row's step and the provenance's wall time."""
     d = root / "runs" / name
     d.mkdir(parents=True)
+    (d / "config.json").write_text("{}")
     rows = [{"step": s, "kind": "train", "train_time_s": t} for s, t in times]
     (d / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    (d / "results.json").write_text(json.dumps({"plan": {}, "run_plan": {}}))
+    (d / "results.json").write_text(
+        json.dumps({"plan": {}, "run_plan": {"total_steps": times[-1][0]}})
+    )
     (d / "provenance.json").write_text(
         json.dumps({"wall_time_s": wall_s, "hardware": {"device_kind": "cpu"}})
     )

@@ -128,6 +128,24 @@ def test_publish_reads_the_runs_a_bucket_holds_whatever_trained_them(tmp_path, g
     assert not (tmp_path / "runs").exists()  # nothing trained here
 
 
+def finished_run(workdir: str, step: int = 1) -> None:
+    """The files of a run that finished at ``step``, complete and in agreement, with
+    ``results.json`` last, as lbtrain writes them."""
+    os.makedirs(workdir, exist_ok=True)
+    files = {
+        "config.json": {},
+        "metrics.jsonl": None,
+        "provenance.json": {},
+        "results.json": {"final": {"step": step, "kind": "eval", "accuracy": 0.5}},
+    }
+    for name, value in files.items():
+        with open(os.path.join(workdir, name), "w") as f:
+            if value is None:
+                f.write(json.dumps({"step": step, "kind": "eval", "accuracy": 0.5}) + "\n")
+            else:
+                f.write(json.dumps(value))
+
+
 class _ScriptedJob:
     """A run that reports ``events`` on its first poll, then ends: with ``results.json`` written
     into its workdir (``finish``), or left live when stopped (``leave``)."""
@@ -145,9 +163,7 @@ class _ScriptedJob:
         self.polls += 1
         if self.polls < 3 or not self.finish:
             return None
-        os.makedirs(self.workdir, exist_ok=True)
-        with open(os.path.join(self.workdir, "results.json"), "w") as f:
-            f.write("{}")
+        finished_run(self.workdir)
         return 0
 
     def stop(self):
@@ -250,3 +266,105 @@ def test_an_interrupt_leaves_a_job_its_executor_keeps_live_recorded_as_running(t
         sweep.run()
     saved = json.loads((tmp_path / "runs" / "sweep.json").read_text())
     assert saved["runs"]["kept"]["status"] == "running" and executor.closed is True
+
+
+# a stand-in for lbtrain whose first attempt ends in one of three ways (its last argument), its
+# second finishing whole: "recreated", the workdir deleted mid-run and written again by what went
+# on running (results.json, provenance.json and nothing else, no lock: what lbtrain did before it
+# noticed); "gone", the workdir deleted and the run stopped; "killed", killed after results.json,
+# before provenance.json, its lock left behind
+VANISHING = r"""
+import json, os, shutil, sys
+how = sys.argv[-1]
+wd = next(a.split("=", 1)[1] for a in sys.argv if a.startswith("--workdir="))
+count = wd + ".attempts"
+attempt = int(open(count).read()) + 1 if os.path.exists(count) else 1
+open(count, "w").write(str(attempt))
+
+def write(name, value):
+    os.makedirs(wd, exist_ok=True)
+    with open(os.path.join(wd, name), "w") as f:
+        f.write(value if isinstance(value, str) else json.dumps(value))
+
+row = json.dumps({"step": 2, "kind": "eval", "accuracy": 0.5}) + "\n"
+results = {"final": {"step": 2, "kind": "eval", "accuracy": 0.5}, "run_plan": {"total_steps": 2}}
+write("config.json", {})
+write("metrics.jsonl", json.dumps({"step": 1, "kind": "eval", "accuracy": 0.4}) + "\n")
+if attempt > 1:
+    write("metrics.jsonl", json.dumps({"step": 1, "kind": "eval", "accuracy": 0.4}) + "\n" + row)
+    write("provenance.json", {})
+    write("results.json", results)
+    sys.exit(0)
+if how == "killed":
+    write("run.lock", {"pid": 0})
+    write("metrics.jsonl", json.dumps({"step": 1, "kind": "eval", "accuracy": 0.4}) + "\n" + row)
+    write("results.json", results)
+    sys.exit(1)
+shutil.rmtree(wd)
+if how == "gone":
+    sys.exit(1)
+write("results.json", results)
+write("provenance.json", {})
+"""
+
+
+def test_a_run_whose_workdir_went_under_it_is_trained_again_never_published_half(tmp_path):
+    """A run whose workdir is deleted while it trains, and one killed between its last two files:
+    none is published or called done. A workdir that came back without its config and metrics
+    (and without a lock) is moved aside whole and the run trains again from the start; one that
+    is gone is trained again; one whose lock is left is resumed. The next pass publishes each,
+    complete."""
+    import sys
+
+    from experiments.common import Experiment, Plan
+    from experiments.sweep.executors.local import LocalExecutor
+
+    hows = ("recreated", "gone", "killed")
+    runs = tuple(Run(h, 8, "legw", "x", (h,)) for h in hows)
+    exp = Experiment(
+        name="vanish", config="configs/mnist_lstm.py", metric="accuracy", split="eval",
+        direction="max", claim="none", tolerance=0.05, full=Plan(runs, "none"),
+        local=Plan(runs, "none"),
+    )  # fmt: skip
+    runs_dir, results = tmp_path / "runs", tmp_path / "res"
+    published = results / "runs"
+
+    def one_pass() -> str:
+        with open(tmp_path / "live.txt", "w") as out:
+            executor = LocalExecutor(
+                jobs=3, placement="share", program=(sys.executable, "-c", VANISHING)
+            )
+            scheduler.Sweep(
+                exp, exp.plan("local"), executor, str(runs_dir), str(results), poll_seconds=0.01,
+                out=out,
+            ).run()  # fmt: skip
+        return (tmp_path / "live.txt").read_text()
+
+    first = one_pass()
+    assert "done (published)" not in first and not published.exists(), first
+    assert (
+        "recreated: ended with damaged files: " + str(runs_dir / "recreated" / "config.json")
+        + " is missing (not published; moved to " + str(runs_dir / "recreated.damaged-1")
+    ) in first  # fmt: skip
+    assert sorted(os.listdir(runs_dir / "recreated.damaged-1")) == [
+        "provenance.json",
+        "results.json",
+    ]
+    assert f"gone: stopped without a result (exit 1): its workdir {runs_dir / 'gone'}" in first
+    assert "killed: ended with damaged files: " in first and "its lock is left" in first
+    state = json.loads((runs_dir / "sweep.json").read_text())["runs"]
+    assert {state[h]["status"] for h in hows} == {"stopped"}
+
+    second = one_pass()
+    for h in hows:
+        assert f"{h}: done (published)" in second, second
+        assert sorted(os.listdir(published / h)) == [
+            "config.json",
+            "metrics.jsonl",
+            "provenance.json",
+            "results.json",
+        ]
+        assert len((published / h / "metrics.jsonl").read_text().splitlines()) == 2
+    state = json.loads((runs_dir / "sweep.json").read_text())["runs"]
+    assert {state[h]["attempts"] for h in hows} == {2}
+    assert not (runs_dir / "killed.damaged-1").exists()  # resumed where it was

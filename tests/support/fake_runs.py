@@ -21,11 +21,13 @@ def fake_run(
     eval_times=True,
 ):
     """``root/runs/name``: one evaluation an epoch with ``accuracies`` (with ``train_time_s`` 2 s an
-    epoch when ``eval_times``), ``noise``'s ``(grad_sq, trace)`` pairs as logged train rows, and
-    either ``failure`` (an lbtrain error line) or the results of a run at ``batch`` and
-    ``peak_lr`` over ``total`` steps (default: the evaluations')."""
+    epoch when ``eval_times``), ``noise``'s ``(grad_sq, trace)`` pairs as logged train rows, a
+    ``config.json``, and either ``failure`` (an lbtrain error line) or the results (and an empty
+    ``provenance.json``) of a run at ``batch`` and ``peak_lr`` over ``total`` steps (default: the
+    last row's), as complete as the report's checks ask."""
     d = root / "runs" / name
     d.mkdir(parents=True)
+    (d / "config.json").write_text(json.dumps({"seed": 0}))
     rows = [
         {"step": SPE * (i + 1), "kind": "eval", "accuracy": a, "epoch": i + 1.0}
         | ({"train_time_s": 2.0 * (i + 1)} if eval_times else {})
@@ -43,12 +45,14 @@ def fake_run(
                 "loss_count": float(batch),
             }
         )
+    rows.sort(key=lambda r: r["step"])  # as lbtrain writes them: in step order
     (d / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     if failure:
         (d / "failure.json").write_text(json.dumps({"exit": 1, "error": failure}))
         return
+    (d / "provenance.json").write_text("{}")
     plan = {
-        "total_steps": total or SPE * len(accuracies),
+        "total_steps": total or max((r["step"] for r in rows), default=0),
         "peak_lr": peak_lr,
         "warmup_steps": 2,
         "optimizer": "sgd",
