@@ -214,11 +214,13 @@ class TranslationData(Dataset):
 
     def score(
         self, split: str, hypotheses: np.ndarray
-    ) -> tuple[dict[str, float], list[tuple[str, str, str]]]:
-        """BLEU (sacrebleu, on detokenised text against the raw references) of the decoded ids of
-        every ``split`` example (rows in eval order), and a few (source, reference, output)
-        samples."""
-        import sacrebleu
+    ) -> tuple[dict[str, float | str], list[tuple[str, str, str]]]:
+        """BLEU and chrF (sacrebleu's corpus scores with its defaults, on detokenised text against
+        the raw references) of the decoded ids of every ``split`` example (rows in eval order), with
+        sacrebleu's signature of each (``bleu_signature``, ``chrf_signature``: how the score was
+        computed, so a number can be compared only with one of the same signature), and a few
+        (source, reference, output) samples."""
+        from sacrebleu.metrics import BLEU, CHRF
 
         ev = self.evals[split]
         if len(hypotheses) != len(ev.references):
@@ -226,13 +228,20 @@ class TranslationData(Dataset):
                 f"{len(hypotheses)} hypotheses for {len(ev.references)} {split} references"
             )
         texts = [subword.decode(self.processor, row) for row in hypotheses]
-        bleu = sacrebleu.corpus_bleu(texts, [ev.references])
-        chrf = sacrebleu.corpus_chrf(texts, [ev.references])
+        bleu_metric, chrf_metric = BLEU(), CHRF()
+        bleu = bleu_metric.corpus_score(texts, [ev.references])
+        chrf = chrf_metric.corpus_score(texts, [ev.references])
         first = np.argsort(ev.order)[
             : self.num_samples
         ]  # the split's first sentences in corpus order
         samples = [(ev.sources[i], ev.references[i], texts[i]) for i in first]
-        return {"bleu": float(bleu.score), "chrf": float(chrf.score)}, samples
+        scores = {
+            "bleu": float(bleu.score),
+            "chrf": float(chrf.score),
+            "bleu_signature": str(bleu_metric.get_signature()),
+            "chrf_signature": str(chrf_metric.get_signature()),
+        }
+        return scores, samples
 
 
 def _encode(processor, texts: list[str]) -> list[list[int]]:
