@@ -168,9 +168,9 @@ def test_the_page_holds_the_tuned_cell_the_rule_and_the_verdict(tmp_path):
     cells = tuned.tuned_cells(s)
     # the base's best grid point is x1 (the recipe): 0.9 on both seeds, reaching 0.88 at steps 30
     # and 30
-    assert cells["10"] == "0.9 +- 0 (30 steps, x1, 2/2); peak lr 0.1 (x1)"
+    assert cells["10"] == "0.9 +- 0 [0.9, 0.9] (30 steps, x1, 2/2); peak lr 0.1 (x1)"
     se = math.sqrt(((0.87 - 0.86) ** 2 + (0.85 - 0.86) ** 2) / 1) / math.sqrt(2)
-    assert cells["40"] == f"0.86 +- {se:.2g} (target 0/2); peak lr 0.8 (x4)"
+    assert cells["40"] == f"0.86 +- {se:.2g} [0.85, 0.87] (target 0/2); peak lr 0.8 (x4)"
     # the tuned LR went 0.1 -> 0.8 over x4 the batch: exponent log(8) / log(4) = 1.5,
     # resolution log 2 / log 4
     pts = [(10, 0.1), (40, 0.8)]
@@ -298,7 +298,8 @@ def test_the_page_the_csv_and_the_plots_only_read_the_summary(tmp_path, monkeypa
     plots.write_plots(s, prefix)
     assert plots.lr_vs_batch(s, prefix + "_lr_vs_batch.png")
     written = sorted(os.listdir(out))
-    assert written == sorted(os.listdir(rendered)) and len(written) == 6
+    # the page, the CSV and 5 plots: metric, curves, LR, steps to target and tuned LR vs batch
+    assert written == sorted(os.listdir(rendered)) and len(written) == 7
     for name in written:
         assert (out / name).read_bytes() == (rendered / name).read_bytes(), name
 
