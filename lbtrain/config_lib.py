@@ -8,7 +8,7 @@ from collections.abc import Sequence
 
 import ml_collections
 
-from lbtrain import hostmem, optim, optimizer, registry
+from lbtrain import config_ranges, hostmem, optim, optimizer, registry
 from lbtrain.errors import ConfigError
 
 
@@ -238,50 +238,6 @@ def _unselected_blocks(config) -> None:
         )
 
 
-def _in_range(key: str, value, lo=None, hi=None, *, lo_open=False, integer=False) -> None:
-    """``key``'s value must lie in [lo, hi] (or (lo, hi] with ``lo_open``), finite, and whole if
-    ``integer``."""
-    import math
-
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-    ok = ok and (not integer or float(value).is_integer())
-    ok = (
-        ok
-        and (lo is None or (value > lo if lo_open else value >= lo))
-        and (hi is None or value <= hi)
-    )
-    if not ok:
-        left = "any" if lo is None else f"{'(' if lo_open else '['}{lo:g}"
-        right = "" if hi is None else f", {hi:g}]"
-        span = f"{left}{right}" if hi is not None else (f"> {lo:g}" if lo_open else f">= {lo:g}")
-        raise ConfigError(
-            f"{key}={value!r} is out of range: use "
-            f"{'an integer ' if integer else 'a number '}{span}"
-        )
-
-
-# numeric keys every application has: (key, lo, hi, lo_open, integer)
-RANGES = (
-    ("batch_size", 0, None, True, True),
-    ("eval_batch_size", 0, None, False, True),
-    ("num_epochs", 0, 1e6, True, False),
-    ("eval_every_epochs", 0, None, True, False),
-    ("log_every_steps", 1, None, False, True),
-    ("num_devices", 0, None, False, True),
-    ("seed", 0, 2**31 - 1, False, True),
-    ("checkpoint_every_epochs", 0, None, True, False),
-    ("keep_checkpoints", 1, None, False, True),
-    ("accum_steps", 1, None, False, True),
-    ("max_consecutive_skips", 1, None, False, True),
-    ("optim.base_lr", 0, 1e4, False, False),
-    ("optim.base_batch_size", 0, None, True, True),
-    ("optim.clip_norm", 0, None, False, False),
-    ("optim.weight_decay", 0, 1.0, False, False),
-    ("optim.schedule.warmup_epochs", 0, None, False, False),
-    ("optim.mask.min_ndim", 0, None, False, True),
-)
-
-
 _last_validated: list[str] = []  # the JSON of the config validate last passed
 
 
@@ -311,11 +267,7 @@ def _validate(config) -> None:
     _choice("prng_impl", config.get("prng_impl", DEFAULT_PRNG_IMPL), PRNG_IMPLS)
     _choice("host_malloc", config.get("host_malloc", hostmem.DEFAULT_MODE), hostmem.MODES)
     tasks.make(config)  # the task-owned keys (loss_reduction, decode): read by the task, or refused
-    for key, lo, hi, lo_open, integer in RANGES:
-        node = config
-        for part in key.split("."):
-            node = node[part]
-        _in_range(key, node, lo, hi, lo_open=lo_open, integer=integer)
+    config_ranges.check(config)  # every number of the config in its range
     _unselected_blocks(config)
 
 

@@ -146,6 +146,26 @@ def _check_schedule(config, steps_per_epoch: int, global_batch: int) -> None:
         )
 
 
+def _check_eval_splits(config, data) -> None:
+    """Every eval split has rows, and an eval batch that was set (``eval_batch_size``; 0 takes
+    the batch size) is no larger than any split can fill: more rows are only padding, and a
+    language model's split cannot be cut into more streams than it has tokens."""
+    for split in data.eval_splits:
+        rows = data.eval_rows(split)
+        if rows == 0:
+            sizes = ", ".join(
+                f"data.{k}={v}"
+                for k, v in config.data.items()
+                if isinstance(v, int) and not isinstance(v, bool)
+            )
+            raise ConfigError(f"the {split} split is empty ({sizes}): it needs rows to evaluate")
+        if rows is not None and config.eval_batch_size > rows:
+            raise ConfigError(
+                f"eval_batch_size={config.eval_batch_size} is larger than the {rows:,} rows of the "
+                f"{split} split: use at most {rows}"
+            )
+
+
 def _model(config, data):
     """(train graph, eval graph, params, model state, the module in train mode)."""
     # parameters always from JAX's default PRNG (the same init whatever prng_impl); dropout from
@@ -153,6 +173,7 @@ def _model(config, data):
     dropout = jax.random.key(
         config.seed + 1, impl=config.get("prng_impl", config_lib.DEFAULT_PRNG_IMPL)
     )
+    models.check_fits(config.model, **data.model_args)  # traced first: nothing allocated yet
     model = models.make(
         config.model, nnx.Rngs(params=config.seed, dropout=dropout), **data.model_args
     )
@@ -187,7 +208,9 @@ def build(config, workdir: str | None = None, *, data=None) -> Run:
             f"batch_size={global_batch} is not divisible by {mesh.size} devices x "
             f"accum_steps={accum}: use a multiple of {mesh.size * accum}, or another accum_steps"
         )
-    data = data if data is not None else data_lib.make(config.data, workdir, parallel.is_writer())
+    if data is None:  # the config's own dataset (data given by a benchmark is sized by it)
+        data = data_lib.make(config.data, workdir, parallel.is_writer())
+        _check_eval_splits(config, data)
     batches = data.train_batches(
         global_batch, config.seed, jax.process_index(), jax.process_count()
     )

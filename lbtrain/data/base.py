@@ -55,6 +55,12 @@ class Dataset(Protocol):
         """This process's share of every eval batch of ``split`` (``weight`` 0 on padding)."""
         ...
 
+    def eval_rows(self, split: str) -> int | None:
+        """The most real rows an eval batch of ``split`` can hold (its examples, pairs, or the
+        token streams a language model can cut it into); an eval batch larger than that is only
+        padding. None: not known before the batches are read."""
+        return None
+
     @property
     def model_args(self) -> dict:
         """Facts of the data the model is built with (e.g. the padding id of a vocabulary)."""

@@ -153,3 +153,6 @@ class ClassificationData(Dataset):
 
     def eval_batches(self, split, batch, process_index=0, process_count=1):
         return eval_batches(self.eval, batch, process_index, process_count)
+
+    def eval_rows(self, split):
+        return len(self.eval)

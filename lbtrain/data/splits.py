@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from lbtrain.errors import DataError
+from lbtrain.errors import ConfigError
 
 SPLITS = ("train", "valid", "test")
 
@@ -26,7 +26,10 @@ def stratified_split(
     for c in np.unique(labels):
         members = np.flatnonzero(labels == c)
         if len(members) <= test_per_class:
-            raise DataError(f"class {c} has only {len(members)} examples; lower data.test_size")
+            raise ConfigError(
+                f"class {c} has only {len(members)} examples, not more than the {test_per_class} "
+                "the test split takes from each: lower data.test_size"
+            )
         test.append(rng.choice(members, size=test_per_class, replace=False))
     test = np.sort(np.concatenate(test))
     train = np.setdiff1d(np.arange(len(labels)), test)

@@ -45,6 +45,53 @@ def activation_bytes(config) -> int:
     return 4 * int(estimate(config)) if estimate is not None else 0
 
 
+# what training holds per parameter, in parameters: the parameter, its gradient and up to two
+# optimizer slots (Adam's moments)
+TRAINING_COPIES = 4
+
+
+def memory_bytes() -> tuple[int, str]:
+    """(bytes, what they are): the first device's memory where JAX reports it (GPU, TPU), else this
+    host's (the CPU backend)."""
+    import os
+
+    import jax
+
+    device = jax.devices()[0]
+    stats = device.memory_stats() if hasattr(device, "memory_stats") else None
+    if stats and stats.get("bytes_limit"):
+        return int(stats["bytes_limit"]), f"one {device.platform} device's memory"
+    return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"), "this host's memory"
+
+
+def check_fits(cfg, **data_args) -> int:
+    """Refuse, in one line naming the model's sizes, a model whose parameters, gradients and
+    optimizer state (:data:`TRAINING_COPIES` x its parameters) cannot fit in :func:`memory_bytes`,
+    before anything is allocated (the model is only traced). Returns its parameter bytes."""
+    import jax
+    import numpy as np
+
+    from lbtrain.errors import ConfigError
+
+    model = nnx.eval_shape(lambda: make(cfg, nnx.Rngs(params=0, dropout=1), **data_args))
+    leaves = jax.tree.leaves(nnx.state(model, nnx.Param))
+    size = sum(int(np.prod(x.shape)) * np.dtype(x.dtype).itemsize for x in leaves)
+    limit, where = memory_bytes()
+    if size * TRAINING_COPIES > limit:
+        sizes = ", ".join(
+            f"model.{k}={v}"
+            for k, v in cfg.items()
+            if isinstance(v, int) and not isinstance(v, bool)
+        )
+        gib = 2**30
+        raise ConfigError(
+            f"the model ({sizes}) has {sum(int(np.prod(x.shape)) for x in leaves):,} parameters "
+            f"({size / gib:.3g} GiB; {TRAINING_COPIES}x that with their gradients and optimizer "
+            f"state), more than {where}, {limit / gib:.3g} GiB: lower its sizes"
+        )
+    return size
+
+
 def make(cfg, rngs: nnx.Rngs, **data_args) -> nnx.Module:
     """Build the model ``cfg.name`` with the other keys of ``cfg`` (the config's ``model`` block) as
     its constructor's keyword arguments; ``data_args`` are facts of the dataset (``pad_id``)."""
@@ -60,5 +107,7 @@ __all__ = [
     "MnistLSTM",
     "MODELS",
     "activation_bytes",
+    "check_fits",
     "make",
+    "memory_bytes",
 ]

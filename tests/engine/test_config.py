@@ -91,16 +91,20 @@ def set_key(cfg, key, value):
             "exclude_from_weight_decay is set but optim.weight_decay is 0",
         ),
         # numbers out of range name the key and the range
-        ("optim.base_lr", -1.0, r"optim.base_lr=-1.0 is out of range: use a number \[0, 10000\]"),
+        (
+            "optim.base_lr",
+            -1.0,
+            r"optim.base_lr=-1.0 is out of range: use a number in \(0, 10000\]",
+        ),
         ("optim.base_lr", 1e30, "optim.base_lr=1e.30 is out of range"),
         ("optim.base_lr", float("nan"), "optim.base_lr=nan is out of range"),
         ("accum_steps", 0, "accum_steps=0 is out of range: use an integer >= 1"),
-        ("batch_size", 0, "batch_size=0 is out of range: use an integer > 0"),
+        ("batch_size", 0, r"batch_size=0 is out of range: use an integer in \[1, 2,147,483,647\]"),
         ("num_epochs", -2.0, "num_epochs=-2.0 is out of range"),
         (
             "optim.weight_decay",
             2.0,
-            r"optim.weight_decay=2.0 is out of range: use a number \[0, 1\]",
+            r"optim.weight_decay=2.0 is out of range: use a number in \[0, 1\]",
         ),
         ("optim.name", "adamm", "unknown optim.name 'adamm'; valid choices: sgd, momentum, adam"),
         # one way to ask for Nesterov: momentum.nesterov

@@ -250,6 +250,7 @@ def test_gnmt_updates_through_warmup_are_adam_on_the_per_sentence_loss():
     # units initialised at +-0.5 so that the untrained model's per-sentence gradient is over the
     # clip
     cfg.data.num_train, cfg.data.num_eval, cfg.data.vocab_size, cfg.data.max_digits = 512, 8, 120, 4
+    cfg.eval_batch_size = 8  # at most the 8 sentences of a split
     cfg.data.bucket_width = cfg.data.max_len
     cfg.model.hidden_size, cfg.model.init_scale = 32, 0.5
     o = cfg.optim

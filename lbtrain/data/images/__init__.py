@@ -241,6 +241,9 @@ class ImageData(Dataset):
             workers,
         )
 
+    def eval_rows(self, split):
+        return len(self.eval)
+
     def eval_batches(self, split, batch, process_index=0, process_count=1):
         workers = self._workers(batch // max(process_count, 1))
         return eval_batches(

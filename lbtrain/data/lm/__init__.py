@@ -162,6 +162,9 @@ class LanguageModelData(Dataset):
         corpus = getattr(self.corpus, split)
         return eval_windows(corpus, batch, self.window, process_index, process_count)
 
+    def eval_rows(self, split):  # a stream needs a token and the one it predicts
+        return max(len(getattr(self.corpus, split)) - 1, 0)
+
 
 def encode(
     lines: dict, corpus: str, vocab_size: int, workdir: str | None = None, write: bool = True

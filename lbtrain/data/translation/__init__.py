@@ -203,6 +203,9 @@ class TranslationData(Dataset):
             self.sort_window,
         )
 
+    def eval_rows(self, split):
+        return len(self.evals[split].src)
+
     def eval_batches(self, split, batch, process_index=0, process_count=1):
         """Every example of ``split`` once, in sorted order; the last batch padded with weight-0
         copies of example 0, the shortest, so padding never widens a batch."""

@@ -37,7 +37,7 @@ def test_embedded_digits_are_mlxtends_value_for_value():
 
 
 def test_embedded_test_size_must_be_stratifiable():
-    with pytest.raises(DataError, match="multiple of 10"):
+    with pytest.raises(ConfigError, match="multiple of 10"):  # a config value: exit status 2
         embedded_mnist(test_size=1005)
 
 
