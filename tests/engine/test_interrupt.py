@@ -114,7 +114,8 @@ BEFORE_TRAINING = {  # (command, a new trigger, the delay after it)
     ),
     # build(): the data, the model's initialisation and its compiled programs
     "in the setup": ([LBTRAIN], functools.partial(import_of, "lbtrain.setup"), 0.0),
-    "later in the setup": ([LBTRAIN], functools.partial(import_of, "lbtrain.setup"), 0.8),
+    # the first program JAX lowers (MLIR's dialects load then) and compiles: the model's init
+    "compiling in the setup": ([LBTRAIN], functools.partial(import_of, "jaxlib.mlir"), 0.0),
 }
 
 
