@@ -7,6 +7,7 @@ standard error over seeds, steps to target, reached count) and the gradient nois
 from __future__ import annotations
 
 import math
+import re
 import statistics
 
 from experiments.common import Experiment
@@ -36,6 +37,12 @@ def summarize_run(exp: Experiment, run, d: dict | None, target: float | None) ->
         "lr_factor": run.lr_factor,
         **({"varies": run.varies} if run.varies else {}),
     }
+    # files that do not parse or disagree (runfiles' check): no number is read from them; the
+    # line names the file, without where the results live, so the page does not depend on it
+    if d and d.get("damaged"):
+        line = re.sub(rf"\S*/runs/{re.escape(run.name)}/", "", d["damaged"])
+        row.update(status=f"damaged: {line}", damaged=True, steps_to_target=None)
+        return row
     # stopped with an lbtrain error (diverged): no final value, never reached the target
     if d and d["failure"]:
         row.update(

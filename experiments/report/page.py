@@ -143,6 +143,14 @@ def caveats(s: Summary) -> list[str]:
             f"- **Other budgets**: {len(changed)} run(s) trained another number of epochs than the "
             f"plan declares, so their numbers are not the plan's: {runs}."
         )
+    broken = [r for r in s.rows if r.get("damaged")]
+    if broken:
+        lines.append(
+            f"- **{plural(len(broken), 'run')} damaged** (rendered with --allow_damaged; no "
+            "number of theirs is on this page): "
+            + "; ".join(f"{r['run']}: {r['status'].removeprefix('damaged: ')}" for r in broken)
+            + "."
+        )
     moved = decay_moved(s)
     if moved:
         lines.append(

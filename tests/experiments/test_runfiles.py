@@ -137,6 +137,15 @@ def test_a_damaged_run_is_one_line_naming_its_file_and_no_page_is_written(tmp_pa
     s, _ = report.render(exp, "local", str(tmp_path), str(out), "cmd", allow_damaged=True)
     assert report.damaged(s) == [f"b40_legw_s0: {line}"] and os.path.exists(f"{out}.md")
     assert s.finished == 1
+    # the page says so at the top and in the run's row, naming the file without where it lives
+    short = line.replace(f"{d}/", "")
+    md = open(f"{out}.md").read()
+    assert (
+        f"- **1 run damaged** (rendered with --allow_damaged; no number of theirs is on this "
+        f"page): b40_legw_s0: {short}." in md
+    )
+    assert "| b40_legw_s0 | 40 | legw | 0 |" in md and f" damaged: {short} |" in md
+    assert str(tmp_path) not in md
 
 
 def test_a_torn_row_inside_the_history_counts_as_much_as_one_at_the_end(tmp_path):
