@@ -11,7 +11,8 @@ only read that :class:`~experiments.report.summary.Summary`. The layers, each im
 before it: :mod:`~experiments.report.numbers` (a run's row and a cell's numbers),
 :mod:`~experiments.report.summary` (the table's numbers, built once),
 :mod:`~experiments.report.text` (how numbers are written), :mod:`~experiments.report.tuned` (the
-tuned column's text), :mod:`~experiments.report.page` (the page) and
+tuned column's text), :mod:`~experiments.report.findings` (what the page says beside its batch
+table), :mod:`~experiments.report.page` (the page) and
 :mod:`~experiments.report.plots` (the plots, beside the page: it needs no tuned text), then this
 package's :func:`write_csv` and :func:`render`.
 """
