@@ -13,9 +13,12 @@ What can be prepared is ``lbtrain.data.SPECS``, beside ``DATASETS``: one :class:
 each in its family's folder (``lbtrain/data/<family>/prepare.py``). This package is the machinery
 they share: :mod:`~lbtrain.data.prepare.shape` (the ``Spec``, the options, the shared build
 steps), :mod:`~lbtrain.data.prepare.sources` (URLs, recorded sizes and digests, official counts),
-:mod:`~lbtrain.data.prepare.download`, :mod:`~lbtrain.data.prepare.target` (the data root, locks,
-staging, publishing), :mod:`~lbtrain.data.prepare.builders` (TFDS's own builders fed from checked
-files) and :mod:`~lbtrain.data.prepare.cli`. The families import those modules, never this face,
+:mod:`~lbtrain.data.prepare.checksums` (the ``--checksums`` file's schema),
+:mod:`~lbtrain.data.prepare.download` (one file fetched, resumed, checked) over
+:mod:`~lbtrain.data.prepare.transfer` (one HTTP attempt), :mod:`~lbtrain.data.prepare.target` (the
+data root, locks, staging, publishing), :mod:`~lbtrain.data.prepare.builders` (TFDS's own builders
+fed from checked files), :mod:`~lbtrain.data.prepare.flags` (the command line) and
+:mod:`~lbtrain.data.prepare.cli`. The families import those modules, never this face,
 which reads ``SPECS`` only when asked (:func:`specs`).
 """
 

@@ -5,19 +5,25 @@ A file is first written to ``<dest>.part``; an interrupted download leaves that 
 call asks only for the bytes after it (a server that ignores ``Range`` answers 200 and the file
 starts again). Only a complete file whose size and digest match is renamed to ``<dest>``: a file
 that does not match is deleted and named in one :class:`~lbtrain.errors.DataError` line (expected,
-got, URL). Transient failures (connection reset, HTTP 5xx, 429, a stalled or trickling transfer)
-are retried with exponential backoff; anything else is one line. Free disk space is checked before
-the first byte.
+got, URL). Transient failures (connection reset, HTTP 5xx, 408, 429, a stalled or trickling
+transfer) are retried with exponential backoff; anything else (a URL urllib cannot use, no such
+host or file, HTTP 404 or 403, a server whose whole file has another size than the recorded one)
+is one line at once. Free disk space is checked before the first byte. A part that cannot be
+continued (longer than the file can be, or not the start of the file it is continued from) is
+discarded with one line, never left to block the next run.
 
 Bounds: a download never writes past its recorded size (a file without one: past
 :data:`UNSIZED_LIMIT`): at the first byte beyond it the part is deleted and the download fails in
 one line. A transfer slower than ``speed_limit`` bytes/s for ``speed_time`` seconds, or silent for
 ``speed_time`` seconds, is cut and retried (curl's ``--speed-limit`` / ``--speed-time``). Every
-error names the URL finally fetched, after redirects.
+error names the URL finally fetched, after redirects. One HTTP attempt is
+:func:`~lbtrain.data.prepare.transfer.attempt`.
 
 ``mirror``: take the file from ``<mirror>/<basename of the official URL>`` instead;
-``from_dir``: copy it from ``<from_dir>/<basename>`` (a compute node without internet); a
-different file of that name already in the download folder is replaced by that copy.
+``from_dir``: copy it from ``<from_dir>/<basename>`` (a compute node without internet): a copy
+whose size differs from the recorded one is refused before its first byte, and no byte past that
+size is copied; a different file of that name already in the download folder is replaced by that
+copy.
 """
 
 from __future__ import annotations
@@ -29,22 +35,23 @@ import hashlib
 import http.client
 import os
 import shutil
-import sys
 import time
 import urllib.error
 import urllib.request
 
+from lbtrain.data.prepare.transfer import (
+    CHECKSUMS_HINT,
+    CHUNK,
+    Pace,
+    Redirects,
+    TooSlow,
+    attempt,
+    say,
+    transient,
+)
 from lbtrain.errors import DataError
 
-CHUNK = 1 << 20
-USER_AGENT = "lbtrain-data (+https://github.com/; research data preparation)"
-SPEED_LIMIT = 1024  # bytes/s: a transfer slower than this for SPEED_TIME s is cut and retried
-SPEED_TIME = 30.0  # s; also how long a silent connection is waited for
 UNSIZED_LIMIT = 2 * 10**9  # bytes: the most written of a file whose size is not recorded
-CHECKSUMS_HINT = (
-    "a copy of your own that differs from the official file needs --checksums=FILE "
-    "(docs/data.md, 'Your own copy of the data')"
-)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -129,181 +136,82 @@ def check_free_space(folder: str, needed: int) -> None:
         )
 
 
-class TooSlow(ConnectionError):
-    """The transfer stalled or trickled below the minimum rate (retried; each counts as a failed
-    attempt even when it brought some bytes)."""
+def _same_start(part: str, src: str, n: int) -> bool:
+    """Whether the first ``n`` bytes of ``part`` and ``src`` are equal."""
+    with open(part, "rb") as a, open(src, "rb") as b:
+        while n > 0:
+            chunk = a.read(min(CHUNK, n))
+            if not chunk or chunk != b.read(len(chunk)):
+                return False
+            n -= len(chunk)
+    return True
 
 
-class TooLarge(DataError):
-    """The server sent more than the file's bound: the part is deleted, not retried."""
+def _resumable_part(part: str, src: str, size: int, quiet: bool) -> int:
+    """The bytes of ``part`` a copy of ``src`` (``size`` bytes) continues from; a part that is
+    longer or not its start is discarded (one line)."""
+    if not os.path.exists(part):
+        return 0
+    have = os.path.getsize(part)
+    if have <= size and _same_start(part, src, have):
+        return have
+    os.remove(part)
+    say(f"{part} ({have:,} bytes) is not the start of {src}: discarded, copying it anew", quiet)
+    return 0
 
 
-def _transient(e: BaseException) -> bool:
-    """Worth another attempt: the server or the network, not the request or this machine."""
-    if isinstance(e, urllib.error.HTTPError):
-        return e.code >= 500 or e.code in (408, 429)
-    transient = (urllib.error.URLError, ConnectionError, TimeoutError, http.client.HTTPException)
-    return isinstance(e, transient)
-
-
-def _progress(total: int, initial: int, name: str, quiet: bool):
-    from tqdm import tqdm
-
-    return tqdm(
-        total=total or None,
-        initial=initial,
-        unit="B",
-        unit_scale=True,
-        unit_divisor=1024,
-        desc=name,
-        disable=quiet,
-        file=sys.stderr,
-        dynamic_ncols=True,
-        mininterval=0.5,
-    )
-
-
-class _Redirects(urllib.request.HTTPRedirectHandler):
-    """Follows redirects as urllib does, keeping the URL last asked for (what errors name)."""
-
-    def __init__(self, url: str):
-        self.last = url
-
-    def redirect_request(self, req, fp, code, msg, headers, newurl):
-        new = super().redirect_request(req, fp, code, msg, headers, newurl)
-        if new is not None:
-            self.last = new.full_url
-        return new
-
-
-@dataclasses.dataclass(frozen=True)
-class Pace:
-    """The slowest transfer accepted: ``limit`` bytes/s averaged over ``seconds`` (a connection
-    silent for ``seconds`` is cut as well)."""
-
-    limit: float = SPEED_LIMIT
-    seconds: float = SPEED_TIME
-
-
-class _Meter:
-    """Raises :class:`TooSlow` once a window of ``pace.seconds`` brought fewer than
-    ``limit * seconds`` bytes."""
-
-    def __init__(self, pace: Pace):
-        self.pace = pace
-        self.start = time.monotonic()
-        self.bytes = 0
-
-    def add(self, n: int) -> None:
-        self.bytes += n
-        elapsed = time.monotonic() - self.start
-        if elapsed < self.pace.seconds:
-            return
-        if self.bytes < self.pace.limit * elapsed:
-            raise TooSlow(
-                f"slower than {self.pace.limit:,.0f} bytes/s for {self.pace.seconds:g} s "
-                f"({self.bytes:,} bytes in {elapsed:.1f} s)"
-            )
-        self.start, self.bytes = time.monotonic(), 0
-
-
-def _read(response, pace: Pace) -> bytes:
-    """The next bytes of the body as they arrive (not waiting for a whole chunk)."""
+def _copy_bytes(src: str, part: str, start: int, limit: int) -> None:
+    """``src`` from byte ``start`` on, appended to ``part``; a source that grows past ``limit``
+    bytes while it is copied is stopped there."""
     try:
-        return response.read1(CHUNK)
-    except TimeoutError:
-        raise TooSlow(f"no byte for {pace.seconds:g} s") from None
+        with open(src, "rb") as source, open(part, "ab" if start else "wb") as out:
+            source.seek(start)
+            written = start
+            while chunk := source.read(CHUNK):
+                if written + len(chunk) > limit:
+                    out.close()
+                    os.remove(part)
+                    raise DataError(
+                        f"{src} grew past {limit:,} bytes while it was copied: stopped and "
+                        f"deleted {part}"
+                    )
+                out.write(chunk)
+                written += len(chunk)
+    except OSError as e:
+        if e.errno in (errno.ENOSPC, errno.EDQUOT):
+            raise OSError(e.errno, e.strerror, part) from None  # the file written, not the source
+        raise
 
 
-def _too_large(url: str, part: str, limit: int, resource: Resource, what: str) -> TooLarge:
-    if os.path.exists(part):
-        os.remove(part)
-    bound = f"its recorded size, {limit:,} bytes" if resource.size else f"{limit:,} bytes"
-    return TooLarge(
-        f"{url} {what} more than {bound}, for {resource.basename}: stopped and deleted {part}; "
-        f"it is not the file recorded for it: check the URL or mirror; {CHECKSUMS_HINT}"
-    )
-
-
-def _http_once(
-    opener, url: str, part: str, resource: Resource, pace: Pace, limit: int, quiet: bool
-) -> None:
-    """One attempt: append the bytes after ``part``'s current size (or start over on a 200),
-    never writing past ``limit`` bytes."""
-    have = os.path.getsize(part) if os.path.exists(part) else 0
-    request = urllib.request.Request(url, headers={"User-Agent": USER_AGENT})
-    if have:
-        request.add_header("Range", f"bytes={have}-")
-    try:
-        response = opener.open(request, timeout=pace.seconds)
-    except urllib.error.HTTPError as e:
-        if e.code != 416 or not have:
-            raise
-        if not resource.size or have == resource.size:
-            return  # nothing after the part: it is whole (its checksum decides)
-        os.remove(part)  # a part that does not fit this file: start again
-        raise ConnectionError(
-            f"{part} did not fit the file on the server: starting again"
-        ) from None
-    except urllib.error.URLError as e:
-        if not isinstance(e.reason, TimeoutError):
-            raise
-        raise TooSlow(f"no answer for {pace.seconds:g} s") from None
-    except TimeoutError:
-        raise TooSlow(f"no answer for {pace.seconds:g} s") from None
-    final = response.geturl()
-    with response:
-        if have and response.status != 206:
-            have = 0  # the server sent the whole file again
-        length = response.headers.get("Content-Length")
-        if length and length.isdigit() and have + int(length) > limit:
-            raise _too_large(
-                final, part, limit, resource, f"announces {have + int(length):,} bytes,"
-            )
-        total = resource.size or (have + int(length) if length and length.isdigit() else 0)
-        meter = _Meter(pace)
-        try:
-            with (
-                open(part, "ab" if have else "wb") as out,
-                _progress(total, have, resource.basename, quiet) as bar,
-            ):
-                written = have
-                while chunk := _read(response, pace):
-                    if written + len(chunk) > limit:
-                        out.close()
-                        raise _too_large(final, part, limit, resource, "sent")
-                    out.write(chunk)
-                    written += len(chunk)
-                    bar.update(len(chunk))
-                    meter.add(len(chunk))
-        except OSError as e:
-            if e.errno in (errno.ENOSPC, errno.EDQUOT) and not e.filename:
-                raise OSError(e.errno, e.strerror, part) from None  # name the file for the CLI
-            raise
-    got = os.path.getsize(part)
-    if resource.size and got < resource.size:
-        # the connection closed early without an error: resume from here on the next attempt
-        raise ConnectionError(f"connection closed at {got:,} of {resource.size:,} bytes")
-
-
-def _copy_from(resource: Resource, from_dir: str, folder: str, dest: str) -> str:
+def _copy_from(
+    resource: Resource, from_dir: str, folder: str, dest: str, limit: int, quiet: bool
+) -> str:
+    """``from_dir``'s copy of ``resource``, checked, as ``dest``. Its size is compared with the
+    recorded one before a byte is copied, and no byte past ``limit`` is copied."""
     src = os.path.join(from_dir, resource.basename)
     if not os.path.isfile(src):
         raise DataError(
             f"{resource.basename} is not in --from={from_dir}: copy it there (official URL "
             f"{resource.url})"
         )
-    check_free_space(folder, resource.size)
+    size = os.path.getsize(src)
+    if (resource.size and size != resource.size) or size > limit:
+        recorded = (
+            f"{resource.size:,} bytes are recorded for {resource.basename}"
+            if resource.size
+            else f"{resource.basename} has no recorded size and is taken up to {limit:,} bytes"
+        )
+        raise DataError(
+            f"{src} is {size:,} bytes, but {recorded}: it is not the file recorded for it, and "
+            f"nothing was copied; {CHECKSUMS_HINT}"
+        )
     part = dest + ".part"
-    shutil.copyfile(src, part)
+    have = _resumable_part(part, src, size, quiet)
+    check_free_space(folder, size - have)
+    _copy_bytes(src, part, have, limit)
     check_file(part, resource, src)
     os.replace(part, dest)
     return dest
-
-
-def _say(message: str, quiet: bool) -> None:
-    if not quiet:
-        print(f"lbtrain-data: {message}", file=sys.stderr)
 
 
 def fetch(
@@ -320,54 +228,82 @@ def fetch(
 ) -> str:
     """``resource`` as a checked file in ``folder`` (downloaded, resumed or copied as needed);
     returns its path. A file already there is checked, not fetched again; one that fails its
-    check (or, with ``from_dir``, differs from the copy there) is replaced."""
+    check (or, with ``from_dir``, differs from the copy there) is replaced. A Ctrl-C
+    (``KeyboardInterrupt``) leaves a note on the exception saying what part is kept."""
     os.makedirs(folder, exist_ok=True)
     dest = os.path.join(folder, resource.basename)
     if os.path.exists(dest):
         from_copy = os.path.join(from_dir, resource.basename) if from_dir else ""
         if from_copy and os.path.isfile(from_copy) and not filecmp.cmp(dest, from_copy, False):
-            _say(f"{dest} differs from {from_copy}: replacing it with that copy", quiet)
+            say(f"{dest} differs from {from_copy}: replacing it with that copy", quiet)
             os.remove(dest)
         else:
             problem = mismatch(dest, resource)
             if not problem:
                 return dest
             os.remove(dest)
-            _say(
+            say(
                 f"{dest} does not match its recorded checksum ({problem}): fetching it again", quiet
             )
-    if from_dir:
-        return _copy_from(resource, from_dir, folder, dest)
-    url = f"{mirror.rstrip('/')}/{resource.basename}" if mirror else resource.url
     limit = resource.size or unsized_limit
     part = dest + ".part"
+    try:
+        if from_dir:
+            return _copy_from(resource, from_dir, folder, dest, limit, quiet)
+        url = f"{mirror.rstrip('/')}/{resource.basename}" if mirror else resource.url
+        return _download(resource, url, folder, part, limit, retries, backoff_s, pace, quiet)
+    except KeyboardInterrupt as e:
+        kept = os.path.getsize(part) if os.path.exists(part) else 0
+        if kept:
+            e.add_note(f"the {kept:,} bytes of {part} resume on the next prepare")
+        raise
+
+
+def _download(
+    resource: Resource,
+    url: str,
+    folder: str,
+    part: str,
+    limit: int,
+    retries: int,
+    backoff_s: float,
+    pace: Pace,
+    quiet: bool,
+) -> str:
+    """``resource`` from ``url`` into ``part``, then checked and renamed to its final name."""
     have = os.path.getsize(part) if os.path.exists(part) else 0
     if have > limit:  # left by another file of this name
         os.remove(part)
+        say(
+            f"{part} ({have:,} bytes) is longer than {resource.basename} can be ({limit:,} "
+            "bytes): discarded, downloading it anew",
+            quiet,
+        )
         have = 0
     check_free_space(folder, max(0, resource.size - have))
-    redirects = _Redirects(url)
+    redirects = Redirects(url)
     opener = urllib.request.build_opener(redirects)
-    attempt = 0  # failed attempts in a row (one that moved the part on counts as the first)
+    failed = 0  # failed attempts in a row (one that moved the part on counts as the first)
     while True:
         before = os.path.getsize(part) if os.path.exists(part) else 0
         redirects.last = url
         try:
-            _http_once(opener, url, part, resource, pace, limit, quiet)
+            attempt(opener, url, part, resource, pace, limit, quiet)
             break
         except Exception as e:
-            if not _transient(e):
+            if not transient(e):
                 if not isinstance(e, (urllib.error.URLError, http.client.HTTPException)):
-                    raise  # ours (TooLarge) or not the network's: a bug, with its traceback
+                    raise  # ours (TooLarge, WrongFile), or a bug with its traceback
             after = os.path.getsize(part) if os.path.exists(part) else 0
             moved = after > before and not isinstance(e, TooSlow)
-            attempt = 1 if moved else attempt + 1
-            if not _transient(e) or attempt > retries:
-                raise _failed(url, redirects.last, e, attempt, part, after) from None
-            wait = backoff_s * 2 ** (attempt - 1)
-            _say(f"{resource.basename}: {_detail(e)}; retrying in {wait:.0f} s", quiet)
+            failed = 1 if moved else failed + 1
+            if not transient(e) or failed > retries:
+                raise _failed(url, redirects.last, e, failed, part, after) from None
+            wait = backoff_s * 2 ** (failed - 1)
+            say(f"{resource.basename}: {_detail(e)}; retrying in {wait:.0f} s", quiet)
             time.sleep(wait)
     check_file(part, resource, redirects.last)
+    dest = part.removesuffix(".part")
     os.replace(part, dest)
     return dest
 
@@ -380,10 +316,10 @@ def _detail(e: BaseException) -> str:
     return str(e) or type(e).__name__
 
 
-def _failed(url: str, final: str, e: BaseException, attempt: int, part: str, kept: int):
+def _failed(url: str, final: str, e: BaseException, attempts: int, part: str, kept: int):
     where = url if final == url else f"{final} (redirected from {url})"
     resume = f"the {kept:,} bytes kept in {part} resume on the next run; " if kept else ""
     return DataError(
-        f"could not download {where} ({_detail(e)}; {attempt} failed attempt(s) in a row): "
+        f"could not download {where} ({_detail(e)}; {attempts} failed attempt(s) in a row): "
         f"{resume}check the URL or the network, or fetch the file yourself and pass --from=FOLDER"
     )

@@ -12,14 +12,10 @@ standard files (words, and one ``<eos>`` per line).
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
-import re
 
+from lbtrain.data.prepare import checksums
 from lbtrain.data.prepare.download import Resource, human_size
-from lbtrain.errors import DataError
-
-DIGEST = re.compile(r"sha256:[0-9a-f]{64}|md5:[0-9a-f]{32}")
 
 MNIST_URL = "https://storage.googleapis.com/cvdf-datasets/mnist/"
 MNIST = {
@@ -130,35 +126,27 @@ OFFICIAL = {
 }
 
 
+def known_files() -> set[str]:
+    """The name of every file ``lbtrain-data`` fetches or checks: the keys ``--checksums`` takes."""
+    tables = (MNIST, WMT16, IMAGENET, {"archive": PTB_ARCHIVE}, PTB_DIGESTS)
+    return {r.basename for table in tables for r in table.values()}
+
+
 def apply_overrides(resources: dict[str, Resource], path: str) -> dict[str, Resource]:
     """``resources`` with the size and digest of every file named in the JSON file ``path``
-    (``{"<basename>": {"size": N, "digest": "sha256:..."}}``) replaced: for a replica or a mirror
-    of your own whose files differ from the official ones. A size of 0 means not recorded (the
-    download is then bounded by ``download.UNSIZED_LIMIT``, an extracted member by the free
-    space)."""
+    (``{"<basename>": {"size": N, "digest": "sha256:..."}}``, :mod:`.checksums`' schema) replaced:
+    for a replica or a mirror of your own whose files differ from the official ones. An entry
+    without a size leaves it not recorded (the download is then bounded by
+    ``download.UNSIZED_LIMIT``, an extracted member by the free space)."""
     if not path:
         return resources
-    try:
-        with open(path) as f:
-            table = json.load(f)
-    except (OSError, ValueError) as e:
-        raise DataError(f"--checksums={path} is not a readable JSON file: {e}") from None
-    if not isinstance(table, dict):
-        raise DataError(f"--checksums={path} must hold an object {{basename: {{size, digest}}}}")
+    table = checksums.load(path, known_files())
     out = {}
     for key, r in resources.items():
-        entry = table.get(r.basename)
-        if entry is None:
-            out[key] = r
-            continue
-        size = entry.get("size", 0) if isinstance(entry, dict) else None
-        digest = entry.get("digest", "") if isinstance(entry, dict) else ""
-        if not isinstance(size, int) or size < 0 or not DIGEST.fullmatch(str(digest)):
-            raise DataError(
-                f"--checksums={path}: {r.basename!r} must be {{'size': bytes (0: unknown), "
-                f"'digest': 'sha256:<64 hex>' or 'md5:<32 hex>'}}, not {entry!r}"
-            )
-        out[key] = dataclasses.replace(r, size=size, digest=digest)
+        if r.basename in table:
+            size, digest = table[r.basename]
+            r = dataclasses.replace(r, size=size, digest=digest)
+        out[key] = r
     return out
 
 

@@ -212,7 +212,11 @@ def _table(tmp_path, texts, archive, **members_size) -> str:
     table = data_replicas.checksums({"simple-examples.tgz": archive})
     table.update(data_replicas.md5_table(texts))
     for name, size in members_size.items():
-        table[name.replace("_", ".")]["size"] = size
+        entry = table[name.replace("_", ".")]
+        if size is None:  # not recorded
+            del entry["size"]
+        else:
+            entry["size"] = size
     return data_replicas.write_json(tmp_path / "checksums.json", table)
 
 
@@ -247,7 +251,7 @@ def test_a_member_without_a_recorded_size_must_fit_the_disk(ptb, tmp_path, capsy
     srv, texts, _ = ptb
     bomb = _tgz({"./simple-examples/data/ptb.train.txt": bytes(50_000_000)})
     srv.files["/m/simple-examples.tgz"] = bomb
-    checksums = _table(tmp_path, texts, bomb, ptb_train_txt=0)
+    checksums = _table(tmp_path, texts, bomb, ptb_train_txt=None)
     with tiny_tmpfs(tmp_path / "disk", "4m") as root:
         assert cli.main(_ptb_args(root, f"{srv.url}/m", checksums)) == 1
     err = capsys.readouterr().err.splitlines()

@@ -68,11 +68,17 @@ def test_a_missing_file_is_one_line_at_once(server, tmp_path):
 
 
 @pytest.mark.parametrize(
-    "entry",
-    [{"size": 1, "digest": "abc"}, {"size": "1", "digest": "sha256:" + "0" * 64}, ["x"]],
+    "entry, problem",
+    [
+        ({"size": 1, "digest": "abc"}, "'digest' must be 'sha256:<64 hex>' or 'md5:<32 hex>'"),
+        ({"size": "1", "digest": "sha256:" + "0" * 64}, "'size' must be a whole number of bytes"),
+        (["x"], "must map to an object {'size': ..., 'digest': ...}, not [\"x\"]"),
+    ],
 )
-def test_a_bad_checksums_entry_is_one_line(tmp_path, entry):
+def test_a_bad_checksums_entry_is_one_line(tmp_path, entry, problem):
     path = tmp_path / "c.json"
     path.write_text('{"dev.tgz": ' + __import__("json").dumps(entry) + "}")
-    with pytest.raises(DataError, match=r"--checksums=.*'dev.tgz' must be \{'size': bytes"):
+    with pytest.raises(DataError) as err:
         sources.apply_overrides(sources.WMT16, str(path))
+    assert str(err.value).startswith(f"--checksums={path}: 'dev.tgz'")
+    assert problem in str(err.value)
