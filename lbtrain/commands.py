@@ -16,7 +16,6 @@ from __future__ import annotations
 import importlib
 import re
 import sys
-from importlib import metadata
 
 EXTRA = "train"
 # a requirement's distribution name (PEP 508), and the extras its marker names
@@ -24,6 +23,8 @@ _NAME = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)")
 _EXTRAS = re.compile(r"""extra\s*==\s*["']([^"']+)["']""")
 # what the two commands import before they run: the engine behind them
 ENGINE = ("lbtrain.main", "lbtrain.loop", "lbtrain.data.prepare.cli")
+# what lbtrain-data writes for a Ctrl-C before its own module answers it
+DATA_STARTING = "lbtrain-data: interrupted while starting: nothing was changed"
 
 
 def _applies(marker: str, extra: str) -> bool:
@@ -40,6 +41,10 @@ def _applies(marker: str, extra: str) -> bool:
 def extra_requirements(extra: str = EXTRA, dist: str = "lbtrain") -> list[str]:
     """The distribution names ``dist``'s metadata lists for ``extra`` here (``[]`` when ``dist``
     has no installed metadata: running from a source tree, nothing to check)."""
+    # imported here, not at the top: it is most of the time the commands take before their
+    # first line, where they start answering Ctrl-C
+    from importlib import metadata
+
     try:
         requires = metadata.requires(dist) or []
     except metadata.PackageNotFoundError:
@@ -55,6 +60,8 @@ def extra_requirements(extra: str = EXTRA, dist: str = "lbtrain") -> list[str]:
 
 def missing(extra: str = EXTRA, dist: str = "lbtrain") -> list[str]:
     """The distributions of ``dist[extra]`` that are not installed, in the metadata's order."""
+    from importlib import metadata
+
     absent = []
     for name in extra_requirements(extra, dist):
         try:
@@ -92,6 +99,11 @@ def lbtrain() -> None:
 
 
 def lbtrain_data() -> None:
+    from lbtrain import interrupts
+
+    # first: a Ctrl-C during the imports below (about a second) is one line, then exit status
+    # 130; cli.run() takes SIGINT over from its first line
+    interrupts.defer(DATA_STARTING)
     require_train("lbtrain-data")
     from lbtrain.data.prepare import cli
 

@@ -11,9 +11,9 @@ A mistake a user can fix is one line, ``lbtrain-data: error: ...``, exit status 
 command line, :mod:`~lbtrain.data.prepare.flags`); ``verify`` exits 1 when a count differs from
 the official one. ``prepare --quiet`` prints nothing but errors and its final line. Ctrl-C is one
 line too, ``lbtrain-data: interrupted: ...`` saying what is kept, exit status 130: the console
-entry (:func:`lbtrain.commands.lbtrain_data`) answers it while this module is imported, :func:`run`
-from its first line to its last (a second Ctrl-C meanwhile is ignored, so that the cleanup finishes
-and the line is the only one).
+entry (:func:`lbtrain.commands.lbtrain_data`) defers it while this module is imported
+(:mod:`lbtrain.interrupts`), :func:`run` answers it from its first line to its last (a second
+Ctrl-C meanwhile is ignored, so that the cleanup finishes and the line is the only one).
 """
 
 from __future__ import annotations
@@ -22,11 +22,10 @@ import errno
 import signal
 import sys
 
+from lbtrain import interrupts
 from lbtrain.data import prepare as prep
 from lbtrain.data.prepare import flags, sources, target, transfer
 from lbtrain.errors import FlagError, LbtrainError
-
-INTERRUPTED_EXIT = 130  # the shell's status for a command ended by SIGINT
 
 
 def _list(root: str) -> int:
@@ -113,7 +112,7 @@ def _interrupted(e: KeyboardInterrupt, command: str, done: list[str]) -> int:
         ]
         kept = "nothing was marked prepared; " + "; ".join(notes)
     print(f"lbtrain-data: interrupted: {kept}", file=sys.stderr, flush=True)
-    return INTERRUPTED_EXIT
+    return interrupts.INTERRUPTED_EXIT
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -158,8 +157,10 @@ def run() -> None:
     try:
         if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:  # a background job keeps it so
             signal.signal(signal.SIGINT, _on_sigint)
+        if interrupts.interrupted():  # while the entry point imported this: its line is written
+            interrupts.leave()
         code = main()
-    except KeyboardInterrupt:  # between the two lines above
+    except KeyboardInterrupt:  # between the first two lines above
         code = _interrupted(KeyboardInterrupt(), "", [])
     sys.exit(code)
 
