@@ -33,6 +33,14 @@ _SPLITS = flags.DEFINE_integer(
 _SKIP = flags.DEFINE_integer("skip", 10, "First steps left out of the averages (warm-up).")
 _WINDOW = flags.DEFINE_integer("window", 50, "Report the estimate over windows of this many steps.")
 _WORKDIR = flags.DEFINE_string("workdir", "", "Start from the latest checkpoint here (read only).")
+_BIG = flags.DEFINE_integer(
+    "big",
+    0,
+    "With --workdir: measure at every checkpoint there, the config's batch against a batch this "
+    "many times larger (its micro-batches: the config's batch), with the parameters held at the "
+    "checkpoint's; 0: train from the latest checkpoint with --splits instead.",
+)
+_JSON = flags.DEFINE_string("json", "", "With --big: write the per-checkpoint figures here.")
 
 
 def measure(
@@ -84,8 +92,95 @@ def measure(
     }
 
 
+def measure_at_checkpoints(spec: str, workdir: str, big: int, steps: int, skip: int) -> dict:
+    """B_simple at each checkpoint of the run in ``workdir`` (trained with ``spec``), measured with
+    the parameters held at the checkpoint's: ``steps`` draws of a batch ``big`` times the config's,
+    each split into micro-batches of the config's batch ``b``, so every draw pairs ``|g_b|^2``
+    with ``|g_B|^2`` at ``B = big x b`` (McCandlish et al. 2018). A ratio B / b of 2 leaves |G|^2
+    within its noise once it is small; a large one resolves it. The first ``skip`` draws only warm
+    a carried state (a language model's streams start empty). Per checkpoint: the estimates'
+    means, their bootstrap interval and B_simple (:func:`experiments.report.numbers.noise_window`,
+    the rule the pages use)."""
+    import jax
+    import jax.numpy as jnp
+
+    from experiments.report.numbers import noise_window
+    from lbtrain import config_lib, setup
+    from lbtrain.checkpoint import Checkpointer
+
+    config = config_lib.load_config(spec)
+    base = setup.build(config, None)  # the run's own state: the checkpoints' template
+    big_config = config_lib.load_config(spec)
+    big_config.unlock()
+    b = int(config.batch_size)
+    big_config.batch_size, big_config.accum_steps, big_config.noise_scale = b * big, big, True
+    # no update is kept, so the schedule does not matter; unscaled, its warmup always fits
+    big_config.optim.scheme = "none"
+    run = setup.build(big_config, None, data=base.data)
+    ckpt = Checkpointer(workdir, 1, 1)
+    out = []
+
+    def copy(tree):
+        return jax.tree.map(jnp.copy, tree)
+
+    with jax.set_mesh(run.mesh):
+        fresh = copy(run.state)  # the step donates its state: never hand it this one
+        for at in ckpt.all_steps():
+            saved = ckpt.restore(base.state, at)
+            params, model_state = saved.params, saved.model_state
+            state, rows = copy(fresh), []
+            it = run.batches.iterate(0)
+            for i in range(skip + steps):
+                # every draw at the checkpoint's parameters (the last step's update discarded)
+                state = state.replace(
+                    params=copy(params),
+                    model_state=copy(model_state),
+                    opt_state=copy(fresh.opt_state),
+                )
+                state, m = run.train_step(state, run.global_batch(next(it)))
+                if i >= skip:
+                    rows.append(
+                        {
+                            "step": i + 1,
+                            "noise_grad_sq": float(m["noise_grad_sq"]),
+                            "noise_trace": float(m["noise_trace"]),
+                            "loss_count": float(m["loss_count"]) / big,
+                        }
+                    )
+            out.append({"checkpoint": at, **noise_window(f"step {at}", rows)})
+    ckpt.close()
+    return {
+        "small": b,
+        "big": b * big,
+        "checkpoints": out,
+        "rows_per_token": base.data.items_per_row,
+    }
+
+
 def main(argv):
     del argv
+    if _BIG.value:
+        if not _WORKDIR.value:
+            raise SystemExit("critical_batch: --big needs --workdir (the run whose checkpoints)")
+        r = measure_at_checkpoints(
+            _CONFIG.value, _WORKDIR.value, _BIG.value, _STEPS.value, _SKIP.value
+        )
+        print(f"config: {_CONFIG.value} | b = {r['small']} against B = {r['big']} rows")
+        for c in r["checkpoints"]:
+            if c["b_simple"] is None:
+                print(f"  checkpoint {c['checkpoint']}: not measured ({c['why']})")
+                continue
+            lo, hi = c["b_simple_interval"]
+            print(
+                f"  checkpoint {c['checkpoint']}: B_simple {c['b_simple']:,.0f} ({lo:,.0f} to "
+                f"{hi:,.0f}), |G|^2 {c['grad_sq']:.4g} over {c['estimates']} draws"
+            )
+        if _JSON.value:
+            import json
+
+            with open(_JSON.value, "w") as f:
+                json.dump({"config": _CONFIG.value, "workdir": _WORKDIR.value, **r}, f, indent=1)
+        return
     r = measure(
         _CONFIG.value, _STEPS.value, _SPLITS.value, _SKIP.value, _WINDOW.value, _WORKDIR.value
     )

@@ -159,10 +159,13 @@ def noise_scale(d: dict | None) -> list[dict]:
         "middle tenth": rows[n * 9 // 20 : n * 11 // 20 or 1],
         "last tenth": rows[-max(n // 10, 1) :],
     }
-    return [_noise_window(name, w) for name, w in windows.items()]
+    return [noise_window(name, w) for name, w in windows.items()]
 
 
-def _noise_window(name: str, w: list[dict]) -> dict:
+def noise_window(name: str, w: list[dict]) -> dict:
+    """One window's noise scale from its logged rows (``noise_grad_sq``, ``noise_trace``,
+    ``loss_count``, ``step``): the ratio of means with its percentile bootstrap interval, or why
+    it is not measured (:func:`noise_scale`)."""
     import numpy as np
 
     g = np.array([r["noise_grad_sq"] for r in w], np.float64)

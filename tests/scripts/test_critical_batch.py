@@ -42,3 +42,53 @@ def test_measure_on_mnist_runlocal():
     assert r["batch"] == 64 and r["unit"] == "examples"
     assert len(r["windows"]) == 3 and [w[0] for w in r["windows"]] == [15, 25, 35]
     assert math.isfinite(r["b_simple"]) and r["b_simple"] > 0
+
+
+AT_CHECKPOINTS = """
+import importlib.util, json, sys
+from lbtrain import config_lib, loop
+spec_path, config, workdir = sys.argv[1:4]
+cfg = config_lib.load_config(config, ("--config.num_epochs=0.4",
+    "--config.checkpoint_every_epochs=0.2", "--config.keep_checkpoints=3"))
+loop.train_and_evaluate(cfg, workdir)
+spec = importlib.util.spec_from_file_location("critical_batch", spec_path)
+module = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(module)
+wide = module.measure_at_checkpoints(config, workdir, big=2, steps=60, skip=0)
+narrow = module.measure_at_checkpoints(config, workdir, big=16, steps=60, skip=0)
+print(json.dumps({"wide": wide, "narrow": narrow}))
+"""
+
+
+@pytest.mark.slow
+def test_measuring_at_checkpoints_with_a_larger_batch_narrows_the_interval(tmp_path):
+    """At each checkpoint of a run, |G|^2 is estimated with the parameters held there: pairing the
+    batch with one 16x larger resolves it far more tightly than pairing it with 2x (the noise run's
+    pairing), from the same number of draws."""
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            AT_CHECKPOINTS,
+            os.path.join(ROOT, "scripts", "critical_batch.py"),
+            os.path.join(ROOT, "configs/mnist_lstm.py:runlocal=True,batch=16"),
+            str(tmp_path / "run"),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    r = json.loads(proc.stdout.strip().splitlines()[-1])
+    wide, narrow = r["wide"], r["narrow"]
+    assert (wide["small"], wide["big"], narrow["big"]) == (16, 32, 256)
+    # 250 updates an epoch: checkpoints every 50 updates, the last at the end (100)
+    assert [c["checkpoint"] for c in narrow["checkpoints"]] == [50, 100]
+    for w, n in zip(wide["checkpoints"], narrow["checkpoints"]):
+        assert n["estimates"] == w["estimates"] == 60
+        assert n["count_per_update"] == w["count_per_update"] == 16
+        lo, hi = n["grad_sq_interval"]
+        wlo, whi = w["grad_sq_interval"]
+        assert hi - lo < (whi - wlo) / 2
+        assert n["b_simple"] is not None and lo > 0
