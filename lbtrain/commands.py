@@ -17,6 +17,8 @@ import importlib
 import re
 import sys
 
+from lbtrain.errors import install_extra
+
 EXTRA = "train"
 # a requirement's distribution name (PEP 508), and the extras its marker names
 _NAME = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)")
@@ -83,7 +85,7 @@ def require_train(command: str) -> None:
         sys.exit(
             f"{command}: error: this command needs lbtrain's engine, the '{EXTRA}' extra "
             f"(missing: {', '.join(absent)}; importing {e.name or 'it'} failed): "
-            f"pip install 'lbtrain[{EXTRA}]'"
+            f"{install_extra(EXTRA)}"
         )
 
 

@@ -79,3 +79,9 @@ __all__ = [
     "USAGE",
     "USAGE_EXIT",
 ]
+
+
+def install_extra(extra: str) -> str:
+    """The command that adds the optional dependencies ``extra`` to lbtrain, which is installed
+    from its checkout (or a wheel built from it): the package index has no package of this name."""
+    return f"pip install '.[{extra}]' in the lbtrain checkout"

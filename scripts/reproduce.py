@@ -239,7 +239,7 @@ def refuse_damaged(lines: list[str]) -> None:
 
 NO_PLOTS = (
     "reproduce: pages and CSVs written without their plots (matplotlib is not installed): "
-    "pip install 'lbtrain[plots]', then render again with --render"
+    "pip install '.[plots]' in the lbtrain checkout, then render again with --render"
 )
 
 

@@ -3,7 +3,7 @@
 
 * :func:`path` turns a workdir string into an ``epath.Path`` (a local path made absolute; ``gs://``
   needs the ``gcs`` extra: without it, one :class:`StorageError` line says
-  ``pip install 'lbtrain[gcs]'``).
+  ``pip install '.[gcs]'`` in the checkout).
 * :func:`storage_errors` turns an I/O failure of either backend into one line naming the path;
   :func:`describe_error` is the short reason in that line.
 * :func:`write_bytes` / :func:`read_bytes` and :func:`write_json` / :func:`read_json`: atomic files
@@ -30,9 +30,9 @@ from typing import Any
 
 from etils import epath
 
-from lbtrain.errors import StorageError
+from lbtrain.errors import StorageError, install_extra
 
-CLOUD_EXTRA = "pip install 'lbtrain[gcs]'"
+CLOUD_EXTRA = install_extra("gcs")
 
 
 def warn(message: str) -> None:

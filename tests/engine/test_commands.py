@@ -55,5 +55,5 @@ def test_a_replaced_distribution_goes_on_when_the_engine_imports(monkeypatch, ca
     assert line == (
         "lbtrain: error: this command needs lbtrain's engine, the 'train' extra (missing: "
         "opencv-python-headless; importing no_such_engine_module failed): "
-        "pip install 'lbtrain[train]'"
+        "pip install '.[train]' in the lbtrain checkout"
     )

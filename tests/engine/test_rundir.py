@@ -163,7 +163,7 @@ def test_missing_cloud_extra_says_what_to_install():
     )
     assert done.stdout.strip() == (
         "gs://bucket/run is a Cloud Storage path and gcsfs is not installed: "
-        "pip install 'lbtrain[gcs]'"
+        "pip install '.[gcs]' in the lbtrain checkout"
     ), done.stderr[-2000:]
 
 
@@ -444,5 +444,5 @@ def test_tfds_data_on_gcs_names_the_missing_extra_or_the_unprepared_split(gcs, m
     with pytest.raises(DataError, match=f"not prepared in {root}: run `lbtrain-data prepare mnist"):
         open_split("mnist", "train", root, instead="use data.source=embedded", prepare=prepare)
     monkeypatch.setitem(sys.modules, "gcsfs", None)  # as if the extra were not installed
-    with pytest.raises(StorageError, match=r"pip install 'lbtrain\[gcs\]'"):
+    with pytest.raises(StorageError, match=r"pip install '\.\[gcs\]' in the lbtrain checkout"):
         open_split("mnist", "train", root, instead="use data.source=embedded", prepare=prepare)

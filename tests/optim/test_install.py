@@ -139,5 +139,8 @@ def test_a_command_without_the_train_extra_is_one_line(fresh, command, tmp_path)
     assert proc.returncode == 1
     assert proc.stdout == ""
     (line,) = proc.stderr.strip().splitlines()
-    assert line.startswith(f"{command}: error:") and "pip install 'lbtrain[train]'" in line
+    assert (
+        line.startswith(f"{command}: error:")
+        and "pip install '.[train]' in the lbtrain checkout" in line
+    )
     assert "flax" in line  # names what is missing

@@ -32,7 +32,7 @@ from lbtrain.data.images.loader import ImageBatches, RecordSource, eval_batches,
 from lbtrain.data.images.prepare import SPEC
 from lbtrain.data.splits import stratified_split
 from lbtrain.data.tfds_split import open_split
-from lbtrain.errors import DataError
+from lbtrain.errors import DataError, install_extra
 
 IMAGENET_MEAN = np.asarray([0.485, 0.456, 0.406], np.float32) * 255
 IMAGENET_STD = np.asarray([0.229, 0.224, 0.225], np.float32) * 255
@@ -184,9 +184,7 @@ def digits(test_size: int = 300, split_seed: int = 0) -> tuple[ArraySource, Arra
     try:
         from sklearn.datasets import load_digits
     except ImportError as e:
-        raise DataError(
-            "the digits images need scikit-learn: pip install 'lbtrain[offline]'"
-        ) from e
+        raise DataError(f"the digits images need scikit-learn: {install_extra('offline')}") from e
     d = load_digits()
     images, labels = d.images.astype(np.float32), d.target.astype(np.int32)
     train, test = stratified_split(labels, test_size // 10, split_seed)

