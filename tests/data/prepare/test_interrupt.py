@@ -1,8 +1,11 @@
 """Ctrl-C at a terminal (SIGINT to the whole foreground process group) on the installed
-``lbtrain-data`` command, from its first line to its last: one line on stderr saying what is
-kept, exit status 130, no traceback. The command runs in a process group of its own, as a shell
-starts it, with SIGINT at its default disposition; SIGINT goes to the group (``os.killpg``)."""
+``lbtrain-data`` command, from its first line to its last: one line saying what is kept, exit
+status 130, no traceback. The command runs in a process group of its own, as a shell starts it,
+with SIGINT at its default disposition; SIGINT goes to the group (``os.killpg``): while it
+imports (at chosen imports, ``support.ctrl_c``), once its prepare has started, and during a
+download from a 127.0.0.1 server that trickles the file."""
 
+import functools
 import os
 import shutil
 import signal
@@ -12,20 +15,59 @@ import time
 
 import pytest
 from support import data_replicas
+from support.ctrl_c import FOREGROUND, after_import, import_of, interrupt, starts_with
 from support.http_server import FileServer
 
+from lbtrain import commands
 from lbtrain.data.prepare import cli
 
 COMMAND = shutil.which("lbtrain-data", path=os.path.dirname(sys.executable))
 WAIT = 120  # seconds the command may take on a loaded 2-core machine before it counts as hung
-# exec the command with SIGINT at its default disposition, as a terminal's foreground job has it,
-# even where the tests were started with it ignored (a non-interactive shell's background job)
-FOREGROUND = (
-    "import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); "
-    "os.execv(sys.argv[1], sys.argv[1:])"
-)
 
 pytestmark = pytest.mark.skipif(COMMAND is None, reason="the lbtrain-data command is not installed")
+
+STARTING = {  # a trigger on the command's output, where each import is reported as it ends
+    # the first import after lbtrain.interrupts (the console entry's first line) holds SIGINT
+    "right after start": functools.partial(after_import, "lbtrain.interrupts"),
+    "importing numpy": functools.partial(import_of, "numpy"),
+    "importing the run-directory code": functools.partial(import_of, "lbtrain.rundir"),
+    # reported as its import ends: the Ctrl-C lands there or in cli.run, before any work
+    "the command's module imported": functools.partial(import_of, "lbtrain.data.prepare.cli"),
+}
+NOTHING_DONE = "lbtrain-data: interrupted: nothing was changed"  # cli.run's, before any work
+
+
+@pytest.mark.parametrize("point", list(STARTING))
+def test_ctrl_c_while_the_command_imports_is_one_line(tmp_path, point):
+    """Three times at each point. Before: a 19-62-line KeyboardInterrupt traceback from inside
+    the imports."""
+    for attempt in range(3):
+        root = tmp_path / str(attempt)
+        args = ["prepare", "ptb", f"--data_dir={root}", "--mirror=http://127.0.0.1:9/m", "--quiet"]
+        status, lines = interrupt([COMMAND, *args], STARTING[point](), 0.0, WAIT)
+        assert status == 130, (attempt, lines[-40:])
+        assert lines in ([commands.DATA_STARTING], [NOTHING_DONE]), (attempt, lines[-40:])
+        if point != "the command's module imported":
+            assert lines == [commands.DATA_STARTING]
+        assert not root.exists()
+
+
+def test_ctrl_c_once_the_prepare_has_started_is_one_line(tmp_path):
+    """Once the prepare has started (its first line is out; the mirror refuses the connection and
+    the download waits to retry): the one line says nothing was marked prepared."""
+    for attempt in range(3):
+        args = ["prepare", "ptb", f"--data_dir={tmp_path / str(attempt)}"]
+        status, lines = interrupt(
+            [COMMAND, *args, "--mirror=http://127.0.0.1:9/m"],
+            starts_with("lbtrain-data: terms:"),
+            0.2,
+            WAIT,
+        )
+        told = [x for x in lines if "interrupted" in x]
+        assert status == 130, (attempt, lines[-40:])
+        assert told == [lines[-1]], (attempt, lines[-40:])
+        assert lines[-1].startswith("lbtrain-data: interrupted: nothing was marked prepared; ")
+        assert not any("Traceback" in x for x in lines)
 
 
 def _start(*args: str) -> subprocess.Popen:
@@ -49,17 +91,7 @@ def _until(condition, proc: subprocess.Popen, what: str) -> None:
         time.sleep(0.005)
 
 
-def _numpy_loaded(pid: int) -> bool:
-    """Whether ``pid`` has mapped numpy's extension: it is importing the data package (the
-    command's imports take about a second from there)."""
-    try:
-        with open(f"/proc/{pid}/maps") as f:
-            return "_multiarray_umath" in f.read()
-    except OSError:
-        return False
-
-
-def _interrupt(proc: subprocess.Popen, times: int = 1) -> tuple[int, str, str]:
+def _interrupt(proc: subprocess.Popen, times: int) -> tuple[int, str, str]:
     for _ in range(times):
         os.killpg(proc.pid, signal.SIGINT)
         time.sleep(0.01)
@@ -69,27 +101,6 @@ def _interrupt(proc: subprocess.Popen, times: int = 1) -> tuple[int, str, str]:
         if proc.poll() is None:
             proc.kill()
     return proc.returncode, out, err
-
-
-@pytest.mark.skipif(not os.path.exists("/proc/self/maps"), reason="needs /proc")
-@pytest.mark.parametrize("after_s", [0.0, 0.15, 0.3])
-def test_ctrl_c_while_the_command_imports_is_one_line(tmp_path, after_s):
-    """Before: a 19-62-line KeyboardInterrupt traceback from inside the imports. A Ctrl-C
-    0.15 s or 0.3 s after numpy is mapped may land in the imports or in the work after them:
-    one line either way."""
-    proc = _start(
-        "prepare", "ptb", f"--data_dir={tmp_path}", "--mirror=http://127.0.0.1:9/m", "--quiet"
-    )
-    _until(lambda: _numpy_loaded(proc.pid), proc, "numpy mapped")
-    time.sleep(after_s)
-    code, out, err = _interrupt(proc)
-    assert (code, out) == (130, ""), err
-    assert "Traceback" not in err
-    assert len(err.splitlines()) == 1, err
-    line = err.rstrip("\n")
-    assert line.startswith("lbtrain-data: interrupted"), line
-    if after_s == 0.0:
-        assert line == "lbtrain-data: interrupted while starting: nothing was changed"
 
 
 @pytest.fixture
