@@ -4,30 +4,16 @@ it effectively applied (per update in the step), summed into each row by the loo
 import os
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
 from flax import nnx
+from support.quadratic import Quadratic, QuadraticTask
 
 from experiments import ROOT
 from lbtrain import config_lib, loop
 from lbtrain import step as step_lib
 from lbtrain.metrics import read_jsonl
-
-
-class Quadratic(nnx.Module):
-    def __init__(self, w):
-        self.w = nnx.Param(jnp.asarray(w))
-
-
-class QuadraticTask:
-    def init_carry(self, model, batch_size):
-        return None
-
-    def loss(self, model, batch, carry):
-        per_example = 0.5 * jnp.sum((model.w[...] - batch["x"]) ** 2, axis=1)
-        return jnp.sum(per_example), jnp.asarray(per_example.shape[0], jnp.float32), carry
 
 
 @pytest.mark.parametrize("scale", [0.3, 3.0])  # |g| below the clip, then above it

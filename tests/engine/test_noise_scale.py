@@ -11,6 +11,7 @@ import numpy as np
 import optax
 import pytest
 from flax import nnx
+from support.quadratic import Quadratic, QuadraticTask
 
 from lbtrain import noise_scale
 from lbtrain import step as step_lib
@@ -43,20 +44,6 @@ def test_estimator_formulas_recover_the_exact_terms(problem):
     assert avg.trace_sum / avg.count == pytest.approx(trace, rel=0.05)
     assert avg.value == pytest.approx(trace / g_sq, rel=0.08)
     assert np.isnan(noise_scale.NoiseScaleAverager().value)
-
-
-class Quadratic(nnx.Module):
-    def __init__(self, w):
-        self.w = nnx.Param(jnp.asarray(w))
-
-
-class QuadraticTask:
-    def init_carry(self, model, batch_size):
-        return None
-
-    def loss(self, model, batch, carry):
-        per_example = 0.5 * jnp.sum((model.w[...] - batch["x"]) ** 2, axis=1)
-        return jnp.sum(per_example), jnp.asarray(per_example.shape[0], jnp.float32), carry
 
 
 def test_train_step_logs_the_noise_scale_of_its_micro_batches(problem):
