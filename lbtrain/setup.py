@@ -146,10 +146,12 @@ def _check_schedule(config, steps_per_epoch: int, global_batch: int) -> None:
         )
 
 
-def _check_eval_splits(config, data) -> None:
-    """Every eval split has rows, and an eval batch that was set (``eval_batch_size``; 0 takes
-    the batch size) is no larger than any split can fill: more rows are only padding, and a
-    language model's split cannot be cut into more streams than it has tokens."""
+def _check_eval_splits(config, data) -> int | None:
+    """Every eval split has rows; returns the most rows an eval batch can fill in every split
+    (None: not known before the batches are read). An eval batch larger than that is only padding
+    (weight-0 rows), so the run evaluates with that many instead: the metrics are the same, the
+    memory is not."""
+    cap = None
     for split in data.eval_splits:
         rows = data.eval_rows(split)
         if rows == 0:
@@ -159,11 +161,9 @@ def _check_eval_splits(config, data) -> None:
                 if isinstance(v, int) and not isinstance(v, bool)
             )
             raise ConfigError(f"the {split} split is empty ({sizes}): it needs rows to evaluate")
-        if rows is not None and config.eval_batch_size > rows:
-            raise ConfigError(
-                f"eval_batch_size={config.eval_batch_size} is larger than the {rows:,} rows of the "
-                f"{split} split: use at most {rows}"
-            )
+        if rows is not None:
+            cap = rows if cap is None else min(cap, rows)
+    return cap
 
 
 def _model(config, data):
@@ -210,7 +210,10 @@ def build(config, workdir: str | None = None, *, data=None) -> Run:
         )
     if data is None:  # the config's own dataset (data given by a benchmark is sized by it)
         data = data_lib.make(config.data, workdir, parallel.is_writer())
-        _check_eval_splits(config, data)
+        cap = _check_eval_splits(config, data)
+        if cap is not None and eval_batch > cap:  # more rows would be padding only
+            eval_batch = cap
+            eval_rows = parallel.padded_batch(eval_batch, mesh)
     batches = data.train_batches(
         global_batch, config.seed, jax.process_index(), jax.process_count()
     )

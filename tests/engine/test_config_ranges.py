@@ -179,7 +179,6 @@ END_TO_END = [
     ("--config.model.hidden_size=nan", "flag --config.model.hidden_size=nan"),
     ("--config.optim.schedule.poly.power=nan", "optim.schedule.poly.power=nan is out of range"),
     ("--config.optim.schedule.poly.power=-1", "optim.schedule.poly.power=-1.0 is out of range"),
-    ("--config.eval_batch_size=2000", "eval_batch_size=2000 is larger than the 1,000 rows"),
     ("--config.model.hidden_size=1000000", "the model (model.hidden_size=1000000,"),
     ("--config.data.test_size=5000", "class 0 has only 500 examples"),
     ("--config.optim.schedule.warmup_epochs=1e12", "optim.schedule.warmup_epochs=1e+12 scales"),
@@ -202,3 +201,15 @@ def test_the_command_refuses_in_one_line_with_exit_2_before_training(tmp_path, f
     assert error.startswith(f"lbtrain: error: {line}"), error
     assert "step" not in proc.stdout  # nothing trained
     assert not os.path.exists(workdir / "metrics.jsonl")
+
+
+def test_an_eval_batch_larger_than_its_split_evaluates_with_the_splits_rows():
+    """2,000 rows where the test split has 1,000: the other 1,000 would be weight-0 padding, so the
+    run evaluates with 1,000 (the same metrics, half the memory) instead of refusing."""
+    from lbtrain import setup
+
+    spec = os.path.join(ROOT, "configs/mnist_lstm.py:runlocal=True")
+    run = setup.build(config_lib.load_config(spec, ("--config.eval_batch_size=2000",)))
+    assert (run.plan.eval_batch, run.plan.eval_rows) == (1000, 1000)
+    run = setup.build(config_lib.load_config(spec, ("--config.eval_batch_size=300",)))
+    assert run.plan.eval_batch == 300
