@@ -93,12 +93,14 @@ RULES: tuple[tuple[str, Range], ...] = (
     ("distributed.num_processes", Range(0, integer=True)),  # 0: from the environment
     ("distributed.process_id", Range(-1, integer=True)),  # -1: from the environment
     # the optimizer
-    ("optim.base_lr", Range(0, 1e4, lo_open=True)),  # 0 would train nothing
+    # 0 trains nothing, which a measurement at fixed parameters wants
+    ("optim.base_lr", Range(0, 1e4)),
     ("optim.base_batch_size", Range(1, INT32, integer=True)),
     ("optim.clip_norm", Range(0)),  # 0: off
     ("optim.weight_decay", Range(0, 1)),
     ("optim.mask.min_ndim", Range(0, integer=True)),
-    ("optim.*.momentum", _UNIT),
+    # at 1 or above the velocity grows without bound: a divergence, which is a result, not a typo
+    ("optim.*.momentum", Range(0, 2, hi_open=True)),
     ("optim.*.b1", _UNIT),
     ("optim.*.b2", _UNIT),
     ("optim.*.rho", _UNIT),
@@ -122,7 +124,7 @@ RULES: tuple[tuple[str, Range], ...] = (
     ("model.in_channels", _COUNT),
     ("model.unroll", _COUNT),
     ("model.vocab_size", Range(2, 2**24, integer=True)),
-    ("model.num_classes", Range(2, 2**24, integer=True)),
+    ("model.num_classes", Range(1, 2**24, integer=True)),  # 1: a regression's one output
     ("model.dropout", _UNIT),
     ("model.label_smoothing", _UNIT),
     ("model.init_scale", Range(0, 10, lo_open=True)),  # uniform(-s, s): past a few, all saturates

@@ -57,7 +57,8 @@ def memory_bytes() -> tuple[int, str]:
 
     import jax
 
-    device = jax.devices()[0]
+    # this process's own device: another process's cannot be asked (multi-process runs)
+    device = jax.local_devices()[0]
     stats = device.memory_stats() if hasattr(device, "memory_stats") else None
     if stats and stats.get("bytes_limit"):
         return int(stats["bytes_limit"]), f"one {device.platform} device's memory"

@@ -182,7 +182,7 @@ def phase_sources() -> dict:
             digest = hashlib.file_digest(fh, "sha256").hexdigest()
         table[f] = {"size": os.path.getsize(os.path.join(out, f)), "digest": f"sha256:{digest}"}
     bytes_ = sum(v["size"] for v in table.values())
-    table.update({k: {"size": 0, "digest": f"md5:{v}"} for k, v in md5s.items()})
+    table.update({k: {"digest": f"md5:{v}"} for k, v in md5s.items()})  # sizes not recorded
     with open(os.path.join(out, "checksums.json"), "w") as f:
         json.dump(table, f)
     result = {"write_s": time.time() - started, "bytes": bytes_}

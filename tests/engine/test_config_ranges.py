@@ -46,6 +46,7 @@ ACCEPTED = {
     "eval_every_epochs": {"huge"},  # evaluates at the end only
     "checkpoint_every_epochs": {"huge"},
     "optim.clip_norm": {"zero", "huge"},  # 0: no clipping
+    "optim.base_lr": {"zero"},  # 0: parameters held (a measurement)
     "optim.weight_decay": {"zero"},
     "optim.mask.min_ndim": {"zero", "huge"},
     "optim.*.momentum": {"zero"},

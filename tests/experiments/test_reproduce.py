@@ -268,7 +268,7 @@ def test_without_matplotlib_the_render_writes_the_page_and_csv_and_says_so(tmp_p
     for plan in COMMITTED_PLANS:
         proc = cli("--experiment=all", f"--plan={plan}", "--render", f"--out={out}", env=env)
         assert proc.returncode == 0, proc.stderr[-3000:]
-        hints = [line for line in proc.stdout.splitlines() if "lbtrain[plots]" in line]
+        hints = [line for line in proc.stdout.splitlines() if "pip install '.[plots]'" in line]
         # one line where plots would have been drawn (a plan's page has plots once a run ended)
         has_plots = any(n.endswith(f"_{plan}_curves.png") for n in committed)
         assert len(hints) == has_plots

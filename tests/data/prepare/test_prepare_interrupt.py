@@ -46,10 +46,15 @@ def test_ctrl_c_while_the_command_imports_is_one_line(tmp_path, point):
         args = ["prepare", "ptb", f"--data_dir={root}", "--mirror=http://127.0.0.1:9/m", "--quiet"]
         status, lines = interrupt([COMMAND, *args], STARTING[point](), 0.0, WAIT)
         assert status == 130, (attempt, lines[-40:])
-        assert lines in ([commands.DATA_STARTING], [NOTHING_DONE]), (attempt, lines[-40:])
         if point != "the command's module imported":
             assert lines == [commands.DATA_STARTING]
-        assert not root.exists()
+            assert not root.exists()
+            continue
+        # the last import's end is also the work's start: on a loaded machine the Ctrl-C may land
+        # once the prepare has begun, and its one line then says what it kept
+        assert len(lines) == 1 and lines[0].startswith("lbtrain-data: interrupted"), lines[-40:]
+        if lines[0] in (commands.DATA_STARTING, NOTHING_DONE):
+            assert not root.exists()
 
 
 def test_ctrl_c_once_the_prepare_has_started_is_one_line(tmp_path):
