@@ -100,10 +100,9 @@ def run_cell(args, batch: int, placement: str) -> dict:
             jobs.append(ex.start(slot, Run(f"run{i}", batch, "legw", ""), argv, workdir, None))
         started = time.time()
         codes = [j.proc.wait() for j in jobs]
-        if any(codes):
-            with open(
-                os.path.join(workdirs[codes.index(next(c for c in codes if c))], "stdout.log")
-            ) as f:
+        failed = next((w for w, c in zip(workdirs, codes, strict=True) if c), None)
+        if failed:  # the first run that failed: its log's end
+            with open(os.path.join(failed, "stdout.log")) as f:
                 tail = f.read()[-3000:]
             sys.exit(f"batch {batch}, {placement}: a run exited {codes}:\n{tail}")
         runs = [run_rate(w) for w in workdirs]
