@@ -31,6 +31,7 @@ import errno
 import logging
 import os
 import re
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -159,6 +160,31 @@ _DigestHandler, _DigestSave, _DigestRestore = _tolerant(
 )
 
 
+def _closed_loop_callback(args) -> bool:
+    return args.exc_type is RuntimeError and str(args.exc_value) == "Event loop is closed"
+
+
+def quiet_abandoned_writes() -> None:
+    """Silence the late callbacks of a save that failed or was interrupted (idempotent).
+
+    Orbax awaits tensorstore writes inside an event loop that it closes as soon as one write
+    fails. The writes still in flight finish afterwards on tensorstore's threads, and each one's
+    done-callback then calls ``call_soon_threadsafe`` on the closed loop; tensorstore reports the
+    resulting ``RuntimeError('Event loop is closed')`` through ``sys.unraisablehook``, one bare
+    traceback per write, ahead of the run's own one-line error. Only that error is dropped; any
+    other unraisable exception still reaches the previous hook."""
+    previous = sys.unraisablehook
+    if getattr(previous, "_drops_closed_loop_callbacks", False):
+        return
+
+    def hook(args):
+        if not _closed_loop_callback(args):
+            previous(args)
+
+    hook._drops_closed_loop_callbacks = True
+    sys.unraisablehook = hook
+
+
 def _params(state):
     return getattr(state, "params", state)
 
@@ -226,8 +252,12 @@ class Checkpointer:
         digest = {"format": DIGEST_FORMAT, "leaves": array_digest(saveable)}
         try:
             items = ocp.args.Composite(state=_StateSave(saveable), digest=_DigestSave(digest))
-            saved = self.manager.save(step, args=items, force=force)
-            self.manager.wait_until_finished()
+            try:
+                saved = self.manager.save(step, args=items, force=force)
+                self.manager.wait_until_finished()
+            except BaseException:
+                quiet_abandoned_writes()
+                raise
         # a full disk comes as tensorstore's ValueError or, from Orbax's metadata writes, as the
         # OSError itself (which of them first depends on its threads): one line either way
         except (ValueError, *rundir.failure_types()) as e:

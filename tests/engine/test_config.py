@@ -94,7 +94,7 @@ def set_key(cfg, key, value):
         (
             "optim.base_lr",
             -1.0,
-            r"optim.base_lr=-1.0 is out of range: use a number in \(0, 10000\]",
+            r"optim.base_lr=-1.0 is out of range: use a number in \[0, 10000\]",
         ),
         ("optim.base_lr", 1e30, "optim.base_lr=1e.30 is out of range"),
         ("optim.base_lr", float("nan"), "optim.base_lr=nan is out of range"),
