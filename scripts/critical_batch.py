@@ -7,6 +7,9 @@ sweep.
     # at a checkpoint
     python scripts/critical_batch.py --config=configs/gnmt.py:runlocal=True \\
         --workdir=/tmp/gnmt_local
+    # at every checkpoint of a run, against a 32x larger batch; every draw kept in the JSON
+    python scripts/critical_batch.py --config=CONFIG --workdir=RUN --big=32 --steps=40 \\
+        --skip=5 --json=draws.json
 
 It trains the config for ``--steps`` updates (from scratch, or from the latest checkpoint in
 ``--workdir`` without writing anything there), each update split into ``--splits`` micro-batches,
@@ -18,6 +21,8 @@ measure at the stage you care about.
 """
 
 from __future__ import annotations
+
+import sys
 
 from absl import flags
 
@@ -147,11 +152,21 @@ def measure_at_checkpoints(spec: str, workdir: str, big: int, steps: int, skip: 
                             "loss_count": float(m["loss_count"]) / big,
                         }
                     )
-            out.append({"checkpoint": at, **noise_window(f"step {at}", rows)})
+            out.append(
+                {
+                    "checkpoint": at,
+                    "epoch": at / base.batches.steps_per_epoch,
+                    **noise_window(f"step {at}", rows),
+                    "draws": rows,
+                }
+            )
     ckpt.close()
     return {
         "small": b,
         "big": b * big,
+        "steps": steps,
+        "skip": skip,
+        "steps_per_epoch": base.batches.steps_per_epoch,
         "checkpoints": out,
         "rows_per_token": base.data.items_per_row,
     }
@@ -178,8 +193,23 @@ def main(argv):
         if _JSON.value:
             import json
 
+            from lbtrain import provenance
+
+            # every draw kept: a results page recomputes each interval from them
+            record = {
+                "config": _CONFIG.value,
+                "workdir": _WORKDIR.value,
+                **r,
+                "provenance": {
+                    "code": provenance.code(),
+                    "versions": provenance.versions(),
+                    "hardware": provenance.hardware(),
+                    "command": ["scripts/critical_batch.py", *sys.argv[1:]],
+                },
+            }
             with open(_JSON.value, "w") as f:
-                json.dump({"config": _CONFIG.value, "workdir": _WORKDIR.value, **r}, f, indent=1)
+                json.dump(record, f, indent=1)
+                f.write("\n")
         return
     r = measure(
         _CONFIG.value, _STEPS.value, _SPLITS.value, _SKIP.value, _WINDOW.value, _WORKDIR.value

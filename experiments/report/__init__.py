@@ -23,7 +23,7 @@ import csv
 
 from experiments.common import Experiment
 from experiments.report import page, plots
-from experiments.report.summary import Summary, build
+from experiments.report.summary import DamagedNoiseFile, Summary, build
 
 
 def write_csv(s: Summary, path: str) -> None:
@@ -67,7 +67,10 @@ def render(
     the page and the CSV do not depend on the plots). A run whose files are damaged raises
     :class:`DamagedRuns` before anything is written, unless ``allow_damaged``: then the page
     shows it as damaged."""
-    s = build(exp, plan_name, results_dir)
+    try:
+        s = build(exp, plan_name, results_dir)
+    except DamagedNoiseFile as e:
+        raise DamagedRuns([str(e)]) from None
     if not allow_damaged and damaged(s):
         raise DamagedRuns(damaged(s))
     write_csv(s, out_prefix + ".csv")

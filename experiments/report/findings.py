@@ -151,3 +151,80 @@ def noise_lines(noise: list[dict]) -> list[str]:
         "size, one far below it gains almost in proportion; a window that is not measured says "
         "neither.",
     ]
+
+
+def _batches_text(batches: list[int]) -> str:
+    return ", ".join(f"{b:,}" for b in batches) if batches else "none"
+
+
+def checkpoint_noise_lines(s: Summary) -> list[str]:
+    """The base run's noise scale measured at its checkpoints against a much larger batch (its
+    table), with what the intervals allow one to say about the plan's batches."""
+    cn = s.checkpoint_noise
+    if not cn or not cn["checkpoints"]:
+        return []
+    batches = sorted({k for (k, _) in s.cells if isinstance(k, int)})
+    b, big = cn["small"], cn["big"]
+    points = cn["checkpoints"]
+    conf = f"{NOISE_CONFIDENCE:.0%}"
+    lines = [
+        "",
+        f"Noise scale at the base run's checkpoints. Pairing the base batch with its own halves "
+        "leaves |G|^2 within its noise once training settles, so the base recipe was trained "
+        "again alone (seed 0, checkpoints kept) and, at each checkpoint with its parameters held, "
+        f"{points[0]['estimates']} draws pair the base batch (b = {b:,} rows) with a batch "
+        f"{big // b}x larger (B = {big:,} rows, accumulated from micro-batches of b). Same rule "
+        f"as above: {conf} percentile bootstrap intervals over the draws, a checkpoint needs "
+        f"{NOISE_MIN_ESTIMATES} and an |G|^2 interval above 0. B_simple in rows (the batch's "
+        f"unit); command: `{cn['command']}`.",
+        "",
+        "| checkpoint (update) | epoch | \\|G\\|^2 (interval) | B_simple, rows (interval) "
+        "| plan batches below the interval | above it |",
+        "|---|---|---|---|---|---|",
+    ]
+    above_at: dict[int, list[str]] = {}
+    measured = 0
+    for c in points:
+        g, gi = c["grad_sq"], c["grad_sq_interval"]
+        g_text = fmt(g, 3) + (f" ({fmt(gi[0], 2)} to {fmt(gi[1], 2)})" if gi else "")
+        if c["b_simple"] is None:
+            why = c["why"].replace("|", "\\|")  # a table cell
+            cells = [f"not measured ({why})", "-", "-"]
+        else:
+            measured += 1
+            per_row = c["count_per_update"] / b
+            value = c["b_simple"] / per_row
+            lo, hi = (x / per_row for x in c["b_simple_interval"])
+            below = [k for k in batches if k < lo]
+            above = [k for k in batches if k > hi]
+            for k in above:
+                above_at.setdefault(k, []).append(f"{c['epoch']:.3g}")
+            cells = [
+                f"{fmt(value, 3)} ({fmt(lo, 2)} to {fmt(hi, 2)})",
+                _batches_text(below),
+                _batches_text(above),
+            ]
+        row = [f"{c['checkpoint']:,}", f"{c['epoch']:.3g}", g_text, *cells]
+        lines.append("| " + " | ".join(row) + " |")
+    if not measured:
+        said = "No checkpoint's |G|^2 is clear of its noise: the measurement says nothing here."
+    elif not above_at:
+        said = (
+            f"At the {measured} measured checkpoint{'s' if measured > 1 else ''} no batch of the "
+            f"plan ({_batches_text(batches)}) lies above the interval: by this measure the "
+            "gradient's noise leaves room for every one of them, so it does not explain where a "
+            "schedule stops holding."
+        )
+    else:
+        said = (
+            "Batches above a checkpoint's interval gain little per update from their size there: "
+            + "; ".join(f"{k:,} at epoch {', '.join(e)}" for k, e in sorted(above_at.items()))
+            + f" (of {measured} measured checkpoint{'s' if measured > 1 else ''})."
+        )
+    lines += [
+        "",
+        said + " These are the base run's gradients along its own path: a run at another batch "
+        "follows another path, and B_simple bounds what the batch size alone allows, not what "
+        "a schedule reaches.",
+    ]
+    return lines

@@ -11,6 +11,7 @@ from experiments import runfiles
 from experiments.report import tuned
 from experiments.report.findings import (
     ablation_tables,
+    checkpoint_noise_lines,
     decay_moved,
     noise_lines,
     reach_lines,
@@ -355,6 +356,7 @@ def write_markdown(s: Summary, path: str, command: str) -> None:
             main_table(s, cells)
             + reach_lines(s)
             + noise_lines(s.noise)
+            + checkpoint_noise_lines(s)
             + sensitivity_table(s)
             + ablation_tables(s)
         )

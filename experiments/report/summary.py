@@ -6,6 +6,7 @@ from the runs' published files (:mod:`experiments.runfiles`) and the tuned colum
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 from collections.abc import Mapping
 
@@ -16,9 +17,11 @@ from experiments.report.numbers import (
     aggregate,
     cells,
     noise_scale,
+    noise_window,
     summarize_run,
 )
 from experiments.report.references import LM_METRIC, first_blowup, lm_reference
+from lbtrain import rundir
 
 Cell = dict  # numbers.aggregate's numbers over the seeds of one setting
 
@@ -73,6 +76,9 @@ class Summary:
     reference: dict | None = None
     # rows="batch": LEGW's reach (:func:`reach`); None without a base cell
     reach: dict | None = None
+    # the base run's noise scale measured at its checkpoints (:func:`checkpoint_noise`); None
+    # where the plan has no such measurement
+    checkpoint_noise: dict | None = None
     # the ablations, per setting changed (:func:`ablations`): (config key, ((run, its row, the row
     # of the run it varies, the setting's value in each), ...))
     ablations: tuple = ()
@@ -81,6 +87,55 @@ class Summary:
     def finished(self) -> int:
         """How many runs have a final value."""
         return sum("final" in r for r in self.rows)
+
+
+# a plan's noise scale measured at its base run's checkpoints: ``draws.json`` (written by
+# ``scripts/critical_batch.py --big=K --json``) beside that run's own files
+NOISE_AT_CHECKPOINTS = "noise_at_checkpoints"
+DRAWS = "draws.json"
+
+
+class DamagedNoiseFile(ValueError):
+    """The measurement at checkpoints cannot be read: the message names the file and what is
+    wrong."""
+
+
+def checkpoint_noise(results_dir: str) -> dict | None:
+    """The noise scale at each checkpoint of the base run, recomputed from the draws in
+    ``results_dir/noise_at_checkpoints/draws.json`` (:func:`~experiments.report.numbers.
+    noise_window`, the rule of the noise run's windows): the batch pair, the command, and per
+    checkpoint its step, epoch and window; None where the file does not exist."""
+    where = runfiles.join(results_dir, NOISE_AT_CHECKPOINTS, DRAWS)
+    data = rundir.read_bytes(where)
+    if data is None:
+        return None
+    try:
+        value = json.loads(data)
+        points = []
+        for c in value["checkpoints"]:
+            draws = [
+                {
+                    "step": int(d["step"]),
+                    **{k: float(d[k]) for k in ("noise_grad_sq", "noise_trace", "loss_count")},
+                }
+                for d in c["draws"]
+            ]
+            window = noise_window(f"step {int(c['checkpoint'])}", draws)
+            points.append(
+                {"checkpoint": int(c["checkpoint"]), "epoch": float(c["epoch"]), **window}
+            )
+        return {
+            "small": int(value["small"]),
+            "big": int(value["big"]),
+            "command": " ".join(value["provenance"]["command"]),
+            "checkpoints": points,
+        }
+    except (ValueError, KeyError, TypeError, IndexError) as e:  # UnicodeDecodeError included
+        why = f"no {e}" if isinstance(e, KeyError) else str(e).splitlines()[0]
+        raise DamagedNoiseFile(
+            f"{where} is not a measurement at checkpoints ({why}): write it again with "
+            "scripts/critical_batch.py --big=K --json"
+        ) from None
 
 
 def build(exp: Experiment, plan_name: str, results_dir: str) -> Summary:
@@ -130,6 +185,7 @@ def build(exp: Experiment, plan_name: str, results_dir: str) -> Summary:
         unit=next((d["run_plan"].get("unit") for d in data.values() if d and d["run_plan"]), "ex"),
         reference=reference,
         reach=reach(exp, rows, table, base) if exp.rows == "batch" else None,
+        checkpoint_noise=checkpoint_noise(results_dir),
         ablations=ablations(runs, rows, data),
     )
 

@@ -425,3 +425,83 @@ def test_the_page_names_a_run_whose_warmup_moved_its_decay(tmp_path):
     results.write_text(json.dumps(saved))
     report.render(exp, "local", str(tmp_path), out, "cmd")
     assert "Decay moved" not in open(out + ".md").read()
+
+
+def _draws_file(root, checkpoints, small=10, big=320):
+    """A measurement at checkpoints as ``scripts/critical_batch.py --big --json`` writes it."""
+    folder = root / summary.NOISE_AT_CHECKPOINTS
+    folder.mkdir()
+    record = {
+        "small": small,
+        "big": big,
+        "checkpoints": [
+            {
+                "checkpoint": step,
+                "epoch": epoch,
+                "draws": [
+                    {"step": i + 1, "noise_grad_sq": g, "noise_trace": t, "loss_count": count}
+                    for i, (g, t) in enumerate(zip(grad_sq, trace))
+                ],
+            }
+            for step, epoch, grad_sq, trace, count in checkpoints
+        ],
+        "provenance": {"command": ["scripts/critical_batch.py", "--big=32"]},
+    }
+    (folder / summary.DRAWS).write_text(json.dumps(record))
+
+
+def test_the_noise_scale_at_checkpoints_is_recomputed_from_its_draws_in_rows(tmp_path):
+    """Three checkpoints of a base batch of 10 rows, 5 counted items (tokens) a row: B_simple in
+    the loss's count units is trace / |G|^2, in rows that over 5. At the first, 500 / 4 = 125
+    items = 25 rows (batch 10 below it, 40 above); at the second |G|^2 is centred on 0 (not
+    measured); at the third 500 / 0.1 = 5000 items = 1000 rows (both batches below)."""
+    import numpy as np
+
+    rng = np.random.default_rng(3)
+    x = rng.normal(0.0, 0.01, 20)
+    noise = np.stack([x, -x], axis=1).reshape(-1)  # 40 draws, their mean exactly 0
+    trace = list(500.0 + 50 * noise)
+    _draws_file(
+        tmp_path,
+        [
+            (100, 1.0, list(4.0 + noise), trace, 50.0),
+            (200, 2.0, list(100 * noise), trace, 50.0),
+            (300, 3.0, list(0.1 + noise), trace, 50.0),
+        ],
+    )
+    fake_run(tmp_path, "b10_base_s0", [0.5, 0.9, 0.92], 10)
+    fake_run(tmp_path, "b40_legw_s0", [0.8, 0.91, 0.91], 40)
+    exp = experiment()
+    s = summary.build(exp, "local", str(tmp_path))
+    first, second, third = s.checkpoint_noise["checkpoints"]
+    assert first["estimates"] == 40 and math.isclose(first["b_simple"], 125.0, rel_tol=1e-9)
+    assert second["b_simple"] is None and second["why"] == "|G|^2 within its noise"
+    assert math.isclose(third["b_simple"], 5000.0, rel_tol=1e-9)
+    out = str(tmp_path / "fake_local")
+    report.render(exp, "local", str(tmp_path), out, "cmd")
+    md = open(out + ".md").read()
+    lo, hi = (v / 5 for v in first["b_simple_interval"])
+    assert 10 < lo < 25 < hi < 40
+    assert f"| 100 | 1 | 4 ({first['grad_sq_interval'][0]:.2g} to" in md
+    assert f"| 25 ({lo:.2g} to {hi:.2g}) | 10 | 40 |" in md
+    assert "| 200 | 2 |" in md and "| not measured (\\|G\\|^2 within its noise) | - | - |" in md
+    assert "| 1e+03 (" in md and "| 10, 40 | none |" in md
+    assert "gain little per update from their size there: 40 at epoch 1 (of 2 measured" in md
+    assert "b = 10 rows) with a batch 32x larger (B = 320 rows" in md
+    assert "command: `scripts/critical_batch.py --big=32`" in md
+
+
+def test_a_damaged_measurement_at_checkpoints_is_one_line_naming_its_file(tmp_path):
+    folder = tmp_path / summary.NOISE_AT_CHECKPOINTS
+    folder.mkdir()
+    where = folder / summary.DRAWS
+    for text in ("[]", '{"small": 10', '{"small": 10, "big": 20, "checkpoints": [{}]}'):
+        where.write_text(text)
+        try:
+            report.render(experiment(), "local", str(tmp_path), str(tmp_path / "x"), "cmd")
+        except report.DamagedRuns as e:
+            (line,) = e.lines
+        else:
+            raise AssertionError(f"{text!r} rendered")
+        assert line.startswith(f"{where} is not a measurement at checkpoints (")
+        assert line.endswith("write it again with scripts/critical_batch.py --big=K --json")

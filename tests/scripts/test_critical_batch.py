@@ -87,6 +87,8 @@ def test_measuring_at_checkpoints_with_a_larger_batch_narrows_the_interval(tmp_p
     assert [c["checkpoint"] for c in narrow["checkpoints"]] == [50, 100]
     for w, n in zip(wide["checkpoints"], narrow["checkpoints"]):
         assert n["estimates"] == w["estimates"] == 60
+        # every draw kept (a results page recomputes the interval from them), at its epoch
+        assert len(n["draws"]) == 60 and n["epoch"] == n["checkpoint"] / 250
         assert n["count_per_update"] == w["count_per_update"] == 16
         lo, hi = n["grad_sq_interval"]
         wlo, whi = w["grad_sq_interval"]
