@@ -30,8 +30,8 @@ TWO_RUNS = textwrap.dedent(
         name="stops", config="configs/mnist_lstm.py", metric="accuracy", split="eval",
         direction="max", claim="none", tolerance=0.05, full=Plan((), "none"),
         local=Plan((
-            Run("b16", 16, "legw", "runlocal=True,batch=16,epochs=1", EVERY_STEP, role="base"),
-            Run("b32", 32, "legw", "runlocal=True,batch=32,epochs=2", EVERY_STEP),
+            Run("b16", 16, "legw", "runlocal=True,batch=16,epochs=8", EVERY_STEP, role="base"),
+            Run("b32", 32, "legw", "runlocal=True,batch=32,epochs=16", EVERY_STEP),
         ), "runlocal"),
     )
     """
@@ -51,6 +51,8 @@ def test_ctrl_c_to_the_process_group_mid_plan_keeps_every_step_and_the_same_comm
     )
     try:
         deadline = time.monotonic() + WAIT
+        # either run may start well ahead of the other (seen on a loaded machine: with 250 steps
+        # each, one ended before the other's 30th step); 2000 each leave room
         while not all(len(train_steps(runs / n)) >= 30 for n in ("b16", "b32")):
             assert time.monotonic() < deadline and proc.poll() is None, proc.stdout.read()
             time.sleep(0.1)
@@ -78,14 +80,15 @@ def test_ctrl_c_to_the_process_group_mid_plan_keeps_every_step_and_the_same_comm
 
     again = reproduce_cli.run(exp, runs, results, "--jobs=2", timeout=WAIT)
     assert again.returncode == 0, again.stdout + again.stderr
-    for name in ("b16", "b32"):  # 4,000 training examples: 250 steps at 16 x 1 and 32 x 2
+    # 4,000 training examples: 2000 steps at 16 x 8 epochs and at 32 x 16
+    for name in ("b16", "b32"):
         assert f"{name}: done (published)" in again.stdout
         log = (runs / name / "stdout.log").read_text()
         assert f"resuming from the checkpoint at step {stopped_at[name]}" in log
         rows = [json.loads(x) for x in open(runs / name / "metrics.jsonl")]
         keys = [(r["kind"], r["step"]) for r in rows]
         assert len(keys) == len(set(keys))  # each metric row once
-        assert train_steps(runs / name) == list(range(1, 251))
+        assert train_steps(runs / name) == list(range(1, 2001))
 
 
 NEEDS_DATA = textwrap.dedent(
