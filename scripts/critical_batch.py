@@ -174,6 +174,8 @@ def measure_at_checkpoints(spec: str, workdir: str, big: int, steps: int, skip: 
 
 def main(argv):
     del argv
+    import checkout  # noqa: F401  beside this script: the report's rule lives in experiments/
+
     if _BIG.value:
         if not _WORKDIR.value:
             raise SystemExit("critical_batch: --big needs --workdir (the run whose checkpoints)")

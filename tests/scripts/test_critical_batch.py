@@ -94,3 +94,29 @@ def test_measuring_at_checkpoints_with_a_larger_batch_narrows_the_interval(tmp_p
         wlo, whi = w["grad_sq_interval"]
         assert hi - lo < (whi - wlo) / 2
         assert n["b_simple"] is not None and lo > 0
+
+
+def test_the_command_at_checkpoints_writes_its_json_with_provenance(tmp_path):
+    """``python scripts/critical_batch.py --big`` as a user types it (the report's rule imported
+    from the checkout): a run folder without checkpoints yet gives a JSON with none measured, the
+    batch pair and the command that wrote it."""
+    out = tmp_path / "draws.json"
+    args = [
+        "--config=configs/mnist_lstm.py:runlocal=True,batch=16",
+        f"--workdir={tmp_path / 'run'}",
+        "--big=4",
+        f"--json={out}",
+    ]
+    proc = subprocess.run(
+        [sys.executable, os.path.join("scripts", "critical_batch.py"), *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "b = 16 against B = 64 rows" in proc.stdout
+    r = json.loads(out.read_text())
+    assert (r["small"], r["big"], r["checkpoints"]) == (16, 64, [])
+    assert r["provenance"]["command"] == ["scripts/critical_batch.py", *args]
+    assert r["provenance"]["code"]["commit"] and r["provenance"]["hardware"]["platform"] == "cpu"
