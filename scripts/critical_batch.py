@@ -176,6 +176,16 @@ def main(argv):
     del argv
     import checkout  # noqa: F401  beside this script: the report's rule lives in experiments/
 
+    from lbtrain import logs, provenance
+
+    logs.quiet_library_logs()  # Orbax's restore lines, one per checkpoint
+    # the code and machine as the measurement starts (the checkout may change while it runs)
+    recorded = {
+        "code": provenance.code(),
+        "versions": provenance.versions(),
+        "hardware": provenance.hardware(),
+        "command": ["scripts/critical_batch.py", *sys.argv[1:]],
+    }
     if _BIG.value:
         if not _WORKDIR.value:
             raise SystemExit("critical_batch: --big needs --workdir (the run whose checkpoints)")
@@ -195,19 +205,12 @@ def main(argv):
         if _JSON.value:
             import json
 
-            from lbtrain import provenance
-
             # every draw kept: a results page recomputes each interval from them
             record = {
                 "config": _CONFIG.value,
                 "workdir": _WORKDIR.value,
                 **r,
-                "provenance": {
-                    "code": provenance.code(),
-                    "versions": provenance.versions(),
-                    "hardware": provenance.hardware(),
-                    "command": ["scripts/critical_batch.py", *sys.argv[1:]],
-                },
+                "provenance": recorded,
             }
             with open(_JSON.value, "w") as f:
                 json.dump(record, f, indent=1)

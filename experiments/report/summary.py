@@ -100,12 +100,29 @@ class DamagedNoiseFile(ValueError):
     wrong."""
 
 
-def checkpoint_noise(results_dir: str) -> dict | None:
+def _typed(argv: list[str]) -> str:
+    """A recorded command line as a reader types it: the recording machine's run folder shown as
+    RUN, lbtrain's entry point as ``lbtrain``."""
+    out = []
+    for a in argv:
+        if a.startswith("--workdir="):
+            a = "--workdir=RUN"
+        elif a.endswith("lbtrain/main.py"):
+            a = "lbtrain"
+        out.append(a)
+    return " ".join(out)
+
+
+def checkpoint_noise(exp: Experiment, results_dir: str) -> dict | None:
     """The noise scale at each checkpoint of the base run, recomputed from the draws in
     ``results_dir/noise_at_checkpoints/draws.json`` (:func:`~experiments.report.numbers.
     noise_window`, the rule of the noise run's windows): the batch pair, the command, and per
-    checkpoint its step, epoch and window; None where the file does not exist."""
+    checkpoint its step, epoch and window; with the measured run's own files beside it (``run/``),
+    its command and final ``exp.metric`` on ``exp.split``. None where the file does not exist."""
     where = runfiles.join(results_dir, NOISE_AT_CHECKPOINTS, DRAWS)
+    run = runfiles.read_run(runfiles.join(results_dir, NOISE_AT_CHECKPOINTS, "run"))
+    if run and run.get("damaged"):
+        raise DamagedNoiseFile(run["damaged"])
     data = rundir.read_bytes(where)
     if data is None:
         return None
@@ -124,11 +141,15 @@ def checkpoint_noise(results_dir: str) -> dict | None:
             points.append(
                 {"checkpoint": int(c["checkpoint"]), "epoch": float(c["epoch"]), **window}
             )
+        final = ((run or {}).get("results") or {}).get("final_by_split", {}).get(exp.split, {})
+        command = ((run or {}).get("provenance") or {}).get("command")
         return {
             "small": int(value["small"]),
             "big": int(value["big"]),
-            "command": " ".join(value["provenance"]["command"]),
+            "command": _typed(value["provenance"]["command"]),
             "checkpoints": points,
+            "run_command": _typed(command) if command else None,
+            "run_final": final.get(exp.metric),
         }
     except (ValueError, KeyError, TypeError, IndexError) as e:  # UnicodeDecodeError included
         why = f"no {e}" if isinstance(e, KeyError) else str(e).splitlines()[0]
@@ -185,7 +206,7 @@ def build(exp: Experiment, plan_name: str, results_dir: str) -> Summary:
         unit=next((d["run_plan"].get("unit") for d in data.values() if d and d["run_plan"]), "ex"),
         reference=reference,
         reach=reach(exp, rows, table, base) if exp.rows == "batch" else None,
-        checkpoint_noise=checkpoint_noise(results_dir),
+        checkpoint_noise=checkpoint_noise(exp, results_dir),
         ablations=ablations(runs, rows, data),
     )
 

@@ -471,8 +471,21 @@ def test_the_noise_scale_at_checkpoints_is_recomputed_from_its_draws_in_rows(tmp
     )
     fake_run(tmp_path, "b10_base_s0", [0.5, 0.9, 0.92], 10)
     fake_run(tmp_path, "b40_legw_s0", [0.8, 0.91, 0.91], 40)
+    # the measured run's own files beside the draws, its command recorded on another machine
+    fake_run(tmp_path / "elsewhere", "run", [0.6, 0.9, 0.93], 10)
+    measured = tmp_path / summary.NOISE_AT_CHECKPOINTS / "run"
+    os.rename(tmp_path / "elsewhere" / "runs" / "run", measured)
+    argv = ["/x/lbtrain/main.py", "--config=c.py:batch=10", "--workdir=/x/r", "--config.y=1"]
+    (measured / "provenance.json").write_text(json.dumps({"command": argv}))
+    results = json.loads((measured / "results.json").read_text())
+    results["final_by_split"] = {"eval": {"accuracy": 0.93}}
+    (measured / "results.json").write_text(json.dumps(results))
     exp = experiment()
     s = summary.build(exp, "local", str(tmp_path))
+    assert (
+        s.checkpoint_noise["run_command"]
+        == "lbtrain --config=c.py:batch=10 --workdir=RUN --config.y=1"
+    )
     first, second, third = s.checkpoint_noise["checkpoints"]
     assert first["estimates"] == 40 and math.isclose(first["b_simple"], 125.0, rel_tol=1e-9)
     assert second["b_simple"] is None and second["why"] == "|G|^2 within its noise"
@@ -482,11 +495,12 @@ def test_the_noise_scale_at_checkpoints_is_recomputed_from_its_draws_in_rows(tmp
     md = open(out + ".md").read()
     lo, hi = (v / 5 for v in first["b_simple_interval"])
     assert 10 < lo < 25 < hi < 40
-    assert f"| 100 | 1 | 4 ({first['grad_sq_interval'][0]:.2g} to" in md
-    assert f"| 25 ({lo:.2g} to {hi:.2g}) | 10 | 40 |" in md
+    assert f"| 100 | 1 | 4 ({first['grad_sq_interval'][0]:.3g} to" in md
+    assert f"| 25 ({lo:.3g} to {hi:.3g}) | 10 | 40 |" in md
+    assert "final eval accuracy 0.93, the base cell's 0.92; its files" in md
     assert "| 200 | 2 |" in md and "| not measured (\\|G\\|^2 within its noise) | - | - |" in md
     assert "| 1e+03 (" in md and "| 10, 40 | none |" in md
-    assert "gain little per update from their size there: 40 at epoch 1 (of 2 measured" in md
+    assert "past the noise scale there: 40 at epoch 1 (of 2 measured checkpoints)" in md
     assert "b = 10 rows) with a batch 32x larger (B = 320 rows" in md
     assert "command: `scripts/critical_batch.py --big=32`" in md
 
