@@ -42,7 +42,7 @@ def test_every_run_is_the_bible_recipe_at_its_batch():
         d, m = c.data, c.model
         assert (d.corpus, d.source_lang, d.target_lang) == ("bible", "en", "de"), r.name
         assert (d.vocab_size, d.max_len) == (8_000, 64)
-        assert (m.hidden_size, m.num_layers, m.dropout, m.label_smoothing) == (256, 4, 0.2, 0.1)
+        assert (m.hidden_size, m.num_layers, m.dropout, m.label_smoothing) == (128, 4, 0.2, 0.1)
         assert (c.decode.beam_size, c.decode.alpha) == (4, 1.0)
         assert c.loss_reduction == "sequence" and c.optim.name == "adam"
         assert c.optim.clip_norm == 5.0 and c.optim.base_batch_size == 32
@@ -126,7 +126,7 @@ def test_the_tuned_column_tunes_512_alone_with_x2_the_epochs():
     settled = [r for r in tuning.runs(EXP, PLAN, finished_grid) if r.name not in grid]
     # the best point is LEGW's own run, already on 3 seeds: the budget run alone is added
     assert [(r.name, r.role, r.arg) for r in settled] == [
-        ("b512_legw_ep2x_s0", "budget", "batch=512,scheme=legw,corpus=bible,size=small,epochs=20")
+        ("b512_legw_ep2x_s0", "budget", "batch=512,scheme=legw,corpus=bible,size=tiny,epochs=20")
     ]
     assert settled[0].overrides == gnmt.BIBLE
     assert PLAN.tuning.budgets == (2.0,) and PLAN.tuning.stretch is None
