@@ -120,12 +120,12 @@ def checkpoint_noise(exp: Experiment, results_dir: str) -> dict | None:
     checkpoint its step, epoch and window; with the measured run's own files beside it (``run/``),
     its command and final ``exp.metric`` on ``exp.split``. None where the file does not exist."""
     where = runfiles.join(results_dir, NOISE_AT_CHECKPOINTS, DRAWS)
-    run = runfiles.read_run(runfiles.join(results_dir, NOISE_AT_CHECKPOINTS, "run"))
-    if run and run.get("damaged"):
-        raise DamagedNoiseFile(run["damaged"])
     data = rundir.read_bytes(where)
     if data is None:
         return None
+    run = runfiles.read_run(runfiles.join(results_dir, NOISE_AT_CHECKPOINTS, "run"))
+    if run and run.get("damaged"):
+        raise DamagedNoiseFile(run["damaged"])
     try:
         value = json.loads(data)
         points = []
