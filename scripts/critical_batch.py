@@ -179,16 +179,21 @@ def main(argv):
     from lbtrain import logs, provenance
 
     logs.quiet_library_logs()  # Orbax's restore lines, one per checkpoint
-    # the code and machine as the measurement starts (the checkout may change while it runs)
-    recorded = {
-        "code": provenance.code(),
-        "versions": provenance.versions(),
-        "hardware": provenance.hardware(),
-        "command": ["scripts/critical_batch.py", *sys.argv[1:]],
-    }
     if _BIG.value:
         if not _WORKDIR.value:
             raise SystemExit("critical_batch: --big needs --workdir (the run whose checkpoints)")
+        # for the JSON: the code and machine as the measurement starts (the checkout may change
+        # while it runs)
+        recorded = (
+            {
+                "code": provenance.code(),
+                "versions": provenance.versions(),
+                "hardware": provenance.hardware(),
+                "command": ["scripts/critical_batch.py", *sys.argv[1:]],
+            }
+            if _JSON.value
+            else None
+        )
         r = measure_at_checkpoints(
             _CONFIG.value, _WORKDIR.value, _BIG.value, _STEPS.value, _SKIP.value
         )
