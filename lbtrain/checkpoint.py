@@ -165,7 +165,8 @@ def _closed_loop_callback(args) -> bool:
 
 
 def quiet_abandoned_writes() -> None:
-    """Silence the late callbacks of a save that failed or was interrupted (idempotent).
+    """Silence the late callbacks of a save that fails or is interrupted (idempotent; installed
+    before every save, since those callbacks can run before the failure reaches the caller).
 
     Orbax awaits tensorstore writes inside an event loop that it closes as soon as one write
     fails. The writes still in flight finish afterwards on tensorstore's threads, and each one's
@@ -252,12 +253,11 @@ class Checkpointer:
         digest = {"format": DIGEST_FORMAT, "leaves": array_digest(saveable)}
         try:
             items = ocp.args.Composite(state=_StateSave(saveable), digest=_DigestSave(digest))
-            try:
-                saved = self.manager.save(step, args=items, force=force)
-                self.manager.wait_until_finished()
-            except BaseException:
-                quiet_abandoned_writes()
-                raise
+            # before the save, not on its failure: the late callbacks may run on tensorstore's
+            # threads while the failure is still on its way up this one
+            quiet_abandoned_writes()
+            saved = self.manager.save(step, args=items, force=force)
+            self.manager.wait_until_finished()
         # a full disk comes as tensorstore's ValueError or, from Orbax's metadata writes, as the
         # OSError itself (which of them first depends on its threads): one line either way
         except (ValueError, *rundir.failure_types()) as e:
