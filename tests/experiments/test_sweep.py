@@ -38,13 +38,14 @@ EXPERIMENT = textwrap.dedent(
     """
     from experiments.common import Experiment, Plan, Run
 
-    ARG = "runlocal=True,epochs=1"
+    ARG = "batch=32,runlocal=True,epochs=1"
     EXPERIMENT = Experiment(
-        name="ends", config="configs/resnet50_imagenet.py", metric="accuracy", split="eval",
+        name="ends", config="configs/mnist_lstm.py", metric="accuracy", split="eval",
         direction="max", claim="none", tolerance=0.05, full=Plan((), "none"),
         local=Plan((
             Run("held", 32, "legw", ARG, role="base"),
-            Run("diverges", 32, "legw", ARG, ("--config.optim.base_lr=10000",)),
+            Run("diverges", 32, "legw", "batch=32,runlocal=True,epochs=2",
+                ("--config.optim.base_lr=10000", "--config.optim.momentum.momentum=1.5")),
         ), "runlocal"),
     )
     """
