@@ -32,6 +32,10 @@ class Run:
     role: str = "sweep"
     lr_factor: float = 1.0  # sensitivity runs: the peak LR relative to LEGW's
     varies: str = ""  # an ablation: the run whose one setting it changes
+    # the host memory the run holds at its peak, in GB (measured: a process's maximum resident
+    # set); executors whose runs share one machine start a run only while it fits beside the
+    # others (0: not declared, counted as nothing)
+    memory_gb: float = 0.0
 
     @property
     def column(self) -> str:

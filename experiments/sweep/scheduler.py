@@ -21,6 +21,11 @@ ended:
   and :attr:`Sweep.errors` names the run and its line (``reproduce.py`` shows them and exits 1).
   The next pass tries the run again, once the cause is fixed.
 
+Where the executor's runs share one machine's memory (the local executor), a run that declares its
+peak host memory (:attr:`experiments.common.Run.memory_gb`) starts only while it fits beside the
+live runs' declared peaks; a free slot meanwhile takes the next run that fits, and a run larger than
+the whole allowance is refused before anything starts.
+
 The tuned column unfolds as runs finish: the runs known are recomputed from the published finals
 whenever a run ends (:func:`experiments.runfiles.all_runs`), and started in :func:`launch_order`.
 """
@@ -30,6 +35,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import functools
+import math
 import signal
 import sys
 import threading
@@ -88,6 +94,11 @@ def pick(slot: Slot, pending: Sequence[Run], slots: Sequence[Slot]) -> Run | Non
 def unplaceable(runs: Sequence[Run], slots: Sequence[Slot]) -> list[Run]:
     """The runs no slot can take."""
     return [r for r in runs if not any(fits(r, s) for s in slots)]
+
+
+def memory_left(capacity: float | None, live: Sequence[Run]) -> float:
+    """The host memory (GB) the runs ``live`` leave of ``capacity`` (None: not shared, no bound)."""
+    return math.inf if capacity is None else capacity - sum(r.memory_gb for r in live)
 
 
 class SweepError(Exception):
@@ -214,10 +225,14 @@ class Sweep:
         slots = self.executor.slots()
         busy = {slot.name for slot, _, _ in self.running.values()}
         cap = self.jobs or len(slots)
+        memory = self.executor.host_memory_gb()
         for slot in sorted((s for s in slots if s.name not in busy), key=lambda s: s.devices):
             if len(self.running) >= cap:
                 break
-            run = pick(slot, pending, slots)
+            # a run waits while its declared peak does not fit beside the live runs' (the slot
+            # takes the next one that does)
+            left = memory_left(memory, [r for _, r, _ in self.running.values()])
+            run = pick(slot, [r for r in pending if r.memory_gb <= left], slots)
             if run is None:
                 continue
             pending.remove(run)
@@ -296,6 +311,16 @@ class Sweep:
         known = self.known()
         self.executor.check(known)
         self.checked = True
+        memory = self.executor.host_memory_gb()
+        large = [r for r in known if memory is not None and r.memory_gb > memory]
+        if large:
+            names = ", ".join(f"{r.name} ({r.memory_gb:g} GB)" for r in large)
+            raise SweepError(
+                f"{names} {'needs' if len(large) == 1 else 'need'} more host memory than the "
+                f"{memory:.1f} GB the runs here may hold (--host_memory_gb): run "
+                f"{'it' if len(large) == 1 else 'them'} on a larger machine, or leave "
+                f"{'it' if len(large) == 1 else 'them'} out with --only"
+            )
         lost = unplaceable(known, self.executor.slots())
         if lost:
             sizes = ", ".join(f"{s.name} ({s.devices} devices)" for s in self.executor.slots())

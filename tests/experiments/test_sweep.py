@@ -186,6 +186,9 @@ class _ScriptedExecutor:
     def slots(self):
         return [Slot(f"q{i}") for i in range(4)]
 
+    def host_memory_gb(self):
+        return None
+
     def start(self, slot, run, args, workdir, past):
         assert past is not None and past.attempts == 0  # a copy of the record, read only
         past.attempts = 99  # writing it changes nothing the scheduler keeps

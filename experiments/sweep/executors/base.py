@@ -91,6 +91,11 @@ class Executor(Protocol):
 
     def slots(self) -> list[Slot]: ...
 
+    def host_memory_gb(self) -> float | None:
+        """The host memory the runs live at once may hold in all, in GB (each run's
+        :attr:`Run.memory_gb`), where they share one machine; None where each has its own."""
+        ...
+
     def start(self, slot: Slot, run: Run, args: list[str], workdir: str, past: RunRecord) -> Job:
         """Start ``lbtrain <args>`` for ``run`` on ``slot``; ``past``: the run's record so far (a
         copy, to read: attempts and preemptions of earlier passes)."""

@@ -48,6 +48,14 @@ PLACEMENTS = ("pin", "share")
 DEFAULT_PLACEMENT = "pin"
 # the thread-count variables of the pools a run may open beside XLA's (OpenMP, the BLAS libraries)
 THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
+# of this machine's memory, what the runs live at once may hold in all by default (the rest: the
+# operating system, the scheduler, the page cache the data is read through)
+HOST_MEMORY_SHARE = 0.9
+
+
+def physical_memory_gb() -> float:
+    """This machine's physical memory in GB (10^9 bytes)."""
+    return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") / 1e9
 
 
 def cpu_shares(cores: list[int], jobs: int) -> list[tuple[int, ...]]:
@@ -172,9 +180,19 @@ class LocalExecutor:
         program: tuple[str, ...] = (sys.executable, "-m", "lbtrain.main"),
         placement: str = DEFAULT_PLACEMENT,
         cores: list[int] | None = None,
+        host_memory_gb: float = 0.0,
     ):
+        """``host_memory_gb``: what the runs live at once may hold in all (their declared
+        :attr:`~experiments.common.Run.memory_gb`); 0: :data:`HOST_MEMORY_SHARE` of this
+        machine's memory."""
         if placement not in PLACEMENTS:
             raise ExecutorError(f"placement {placement!r}: choose one of {', '.join(PLACEMENTS)}")
+        if not host_memory_gb >= 0:  # NaN too
+            raise ExecutorError(
+                f"--host_memory_gb={host_memory_gb}: give the GB the runs may hold in all, or 0 "
+                f"for {HOST_MEMORY_SHARE:.0%} of this machine's memory"
+            )
+        self._memory = host_memory_gb or HOST_MEMORY_SHARE * physical_memory_gb()
         self.program = program  # what a run's arguments are given to
         self.runs_per_device = max(1, runs_per_device)
         self.devices = devices or []
@@ -197,6 +215,9 @@ class LocalExecutor:
 
     def slots(self) -> list[Slot]:
         return [slot for slot, _ in self._slots]
+
+    def host_memory_gb(self) -> float:
+        return self._memory
 
     def env(self, slot: Slot) -> dict[str, str]:
         """The environment variables of a run on ``slot``."""
@@ -245,6 +266,13 @@ def define_flags(flags) -> list:
             1,
             "local, with --devices: runs sharing each GPU, each with 1/k of its memory.",
         ),
+        flags.DEFINE_float(
+            "host_memory_gb",
+            0.0,
+            "local: the host memory, in GB, the runs live at once may hold in all; a run that "
+            "declares its peak (the plan's memory_gb) starts only while it fits beside the others "
+            f"(default 0: {HOST_MEMORY_SHARE:.0%} of this machine's memory).",
+        ),
         flags.DEFINE_enum(
             "cpu_placement",
             DEFAULT_PLACEMENT,
@@ -276,8 +304,16 @@ def from_flags(context: Context) -> LocalExecutor:
             raise ExecutorError("--runs_per_device needs --devices (the GPUs to share)")
         if FLAGS.runs_per_device < 1:
             raise ExecutorError("--runs_per_device must be at least 1")
-        return LocalExecutor(devices=_devices(FLAGS.devices), runs_per_device=FLAGS.runs_per_device)
-    return LocalExecutor(jobs=max(1, context.jobs), placement=FLAGS.cpu_placement)
+        return LocalExecutor(
+            devices=_devices(FLAGS.devices),
+            runs_per_device=FLAGS.runs_per_device,
+            host_memory_gb=FLAGS.host_memory_gb,
+        )
+    return LocalExecutor(
+        jobs=max(1, context.jobs),
+        placement=FLAGS.cpu_placement,
+        host_memory_gb=FLAGS.host_memory_gb,
+    )
 
 
 def chips(context: Context):

@@ -235,6 +235,9 @@ class SlurmExecutor:
         devices = 0 if self.batch_per_device else self.chips
         return [Slot(f"slurm.{i}", devices) for i in range(self.max_queued)]
 
+    def host_memory_gb(self) -> None:
+        return None  # the cluster places the jobs (a job's own --mem asks for its memory)
+
     def time_option(self, run: Run) -> str:
         """``--time``'s value for ``run`` ("": none, the partition's default): ``--time_limit``,
         else the run's estimate with a margin, at most the partition's MaxTime (a run that needs

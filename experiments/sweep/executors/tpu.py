@@ -284,6 +284,9 @@ class TpuExecutor:
     def slots(self) -> list[Slot]:
         return list(self._slots)
 
+    def host_memory_gb(self) -> None:
+        return None  # each run has its slice's hosts to itself
+
     def slot_records(self) -> dict:
         return {n: {"type": t, "created": n in self.created} for n, t in self.slices.items()}
 

@@ -1,0 +1,140 @@
+"""The local executor's memory allowance: runs that declare their peak host memory start only
+while they fit beside the live runs' declared peaks, a run larger than the whole allowance is
+refused before anything starts, and the default allowance is a share of this machine's memory."""
+
+import json
+import sys
+
+import pytest
+
+from experiments.common import Experiment, Plan, Run
+from experiments.sweep import scheduler
+from experiments.sweep.executors import local
+from experiments.sweep.executors.base import ExecutorError
+
+# a stand-in for lbtrain: records when it started and ended (a monotonic clock shared by the
+# processes of this machine), then leaves the files of a finished run
+FINISHES = r"""
+import json, os, sys, time
+wd = next(a.split("=", 1)[1] for a in sys.argv if a.startswith("--workdir="))
+os.makedirs(wd, exist_ok=True)
+start = time.monotonic()
+time.sleep(0.6)
+row = {"step": 2, "kind": "eval", "accuracy": 0.5}
+for name, value in (("config.json", {}), ("provenance.json", {}),
+                    ("span.json", [start, time.monotonic()]),
+                    ("results.json", {"final": row, "run_plan": {"total_steps": 2}})):
+    if name == "results.json":
+        open(os.path.join(wd, "metrics.jsonl"), "w").write(json.dumps(row) + "\n")
+    with open(os.path.join(wd, name), "w") as f:
+        json.dump(value, f)
+"""
+
+
+def experiment(runs) -> Experiment:
+    return Experiment(
+        name="memory", config="configs/mnist_lstm.py", metric="accuracy", split="eval",
+        direction="max", claim="none", tolerance=0.05, full=Plan(runs, "none"),
+        local=Plan(runs, "none"),
+    )  # fmt: skip
+
+
+def sweep(tmp_path, runs, allowance):
+    exp = experiment(runs)
+    executor = local.LocalExecutor(
+        jobs=2, placement="share", program=(sys.executable, "-c", FINISHES),
+        host_memory_gb=allowance,
+    )  # fmt: skip
+    out = open(tmp_path / "live.txt", "w")
+    return scheduler.Sweep(
+        exp, exp.plan("local"), executor, str(tmp_path / "runs"), str(tmp_path / "results"),
+        poll_seconds=0.01, out=out,
+    )  # fmt: skip
+
+
+def test_a_run_waits_until_its_declared_memory_fits_and_a_smaller_one_goes_first(tmp_path):
+    """Allowance 10 GB, two slots: big1 (6 GB) starts; big2 (6 GB) would make 12, so the free slot
+    takes small (3 GB) although big2 comes first; big2 starts once big1 has ended. The two big
+    runs never overlap; small overlaps big1."""
+    runs = (
+        Run("big1", 8, "legw", "x", memory_gb=6),
+        Run("big2", 8, "legw", "x", memory_gb=6),
+        Run("small", 8, "legw", "x", memory_gb=3),
+    )
+    sweep(tmp_path, runs, 10).run()
+    span = {
+        r.name: json.loads((tmp_path / "runs" / r.name / "span.json").read_text()) for r in runs
+    }
+    assert span["big2"][0] >= span["big1"][1]  # after big1 ended, not beside it
+    assert span["small"][0] < span["big1"][1]  # beside big1
+    live = (tmp_path / "live.txt").read_text().splitlines()
+    started = [line.split(":")[0] for line in live if ": started" in line]
+    assert started == ["big1", "small", "big2"]
+    assert all(
+        (tmp_path / "results" / "runs" / r.name / "results.json").exists() for r in runs
+    )  # every run published
+
+
+def test_runs_that_fit_together_run_together_and_undeclared_ones_count_as_nothing(tmp_path):
+    """5 + 5 GB in a 10 GB allowance fit exactly: both start at once; a run of no declaration is
+    not held back."""
+    runs = (
+        Run("a", 8, "legw", "x", memory_gb=5),
+        Run("b", 8, "legw", "x", memory_gb=5),
+        Run("c", 8, "legw", "x"),
+    )
+    sweep(tmp_path, runs, 10).run()
+    span = {
+        r.name: json.loads((tmp_path / "runs" / r.name / "span.json").read_text()) for r in runs
+    }
+    assert span["b"][0] < span["a"][1] and span["a"][0] < span["b"][1]  # overlapped
+
+
+def test_a_run_larger_than_the_allowance_is_one_line_before_anything_starts(tmp_path):
+    runs = (Run("fits", 8, "legw", "x", memory_gb=2), Run("huge", 8, "legw", "x", memory_gb=12.5))
+    with pytest.raises(scheduler.SweepError) as e:
+        sweep(tmp_path, runs, 10).run()
+    assert str(e.value) == (
+        "huge (12.5 GB) needs more host memory than the 10.0 GB the runs here may hold "
+        "(--host_memory_gb): run it on a larger machine, or leave it out with --only"
+    )
+    assert not (tmp_path / "runs" / "fits").exists()  # nothing started
+
+
+def test_the_default_allowance_is_ninety_percent_of_memtotal_and_a_bad_one_is_one_line():
+    with open("/proc/meminfo") as f:
+        kib = next(int(line.split()[1]) for line in f if line.startswith("MemTotal:"))
+    # MemTotal leaves out what the kernel reserved at boot: within 5 % of the physical pages
+    assert local.LocalExecutor(jobs=2).host_memory_gb() == pytest.approx(
+        0.9 * kib * 1024 / 1e9, rel=0.05
+    )
+    assert local.LocalExecutor(jobs=2, host_memory_gb=7.5).host_memory_gb() == 7.5
+    for bad in (-1.0, float("nan")):
+        with pytest.raises(ExecutorError, match=r"^--host_memory_gb=.*: give the GB"):
+            local.LocalExecutor(jobs=2, host_memory_gb=bad)
+
+
+DECLARES = """
+from experiments.common import Experiment, Plan, Run
+runs = (Run("b32", 32, "legw", "batch=32,runlocal=True", memory_gb=4),)
+EXPERIMENT = Experiment(
+    name="declares", config="configs/mnist_lstm.py", metric="accuracy", split="eval",
+    direction="max", claim="none", tolerance=0.05, full=Plan((), "none"),
+    local=Plan(runs, "runlocal"),
+)
+"""
+
+
+def test_the_flag_sets_the_allowance_of_reproduce(tmp_path):
+    from support import reproduce_cli
+
+    exp = tmp_path / "declares.py"
+    exp.write_text(DECLARES)
+    runs, results = tmp_path / "runs", tmp_path / "results"
+    done = reproduce_cli.run(exp, runs, results, "--host_memory_gb=3.5", timeout=300)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert done.stderr == (
+        "reproduce: b32 (4 GB) needs more host memory than the 3.5 GB the runs here may hold "
+        "(--host_memory_gb): run it on a larger machine, or leave it out with --only\n"
+    )
+    assert not (runs / "b32").exists()
