@@ -139,3 +139,20 @@ def test_the_plan_is_named_bible_and_the_others_are_unchanged():
     assert EXP.tag("bible") == "gnmt_bible"
     assert {r.arg.split(",", 2)[2] for r in EXP.local.runs} == {"runlocal=True,epochs=8"}
     assert {r.arg.split(",", 2)[2] for r in EXP.full.runs} == {"corpus=wmt16"}
+
+
+def test_every_run_declares_its_batchs_measured_peak_memory_and_no_two_at_512_fit_together():
+    """Each run (the tuning's too) declares 1.1 x its batch's measured peak resident set; with the
+    local executor's default allowance on a 24 GiB machine (90 %), a run at 512 fits beside one
+    at 32 or 128 but not beside another at 512."""
+    from experiments.sweep.scheduler import memory_left
+
+    measured = {32: 3.04, 128: 3.11, 512: 12.58}
+    for r in every_run():
+        assert r.memory_gb == pytest.approx(1.1 * measured[r.batch], abs=0.05), r.name
+    allowance = 0.9 * 24 * 2**30 / 1e9
+    by_batch = {r.batch: r for r in every_run()}
+    assert by_batch[512].memory_gb > memory_left(allowance, [by_batch[512]])
+    for batch in (32, 128):
+        assert by_batch[512].memory_gb <= memory_left(allowance, [by_batch[batch]])
+        assert by_batch[batch].memory_gb <= memory_left(allowance, [by_batch[512]])
