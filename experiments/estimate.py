@@ -211,6 +211,7 @@ class Row:
     chip_hours: float | None = None
     price: float | None = None
     error: str = ""  # why the run would not start (steps 0 if its data or schedule is the reason)
+    memory_gb: float = 0.0  # the run's declared peak host memory (Run.memory_gb)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -257,10 +258,13 @@ def _row(config, run: Run, kind: str, low: bool, devices: Devices, accelerator, 
         if p.warmup_steps >= p.total_steps:  # setup.build refuses it (setup._check_schedule)
             raise LbtrainError(f"warmup {p.warmup_steps} steps >= training {p.total_steps}")
     except LbtrainError as e:
-        return Row(run.name, kind, low, batch, error=" ".join(str(e).split())), None
+        error = " ".join(str(e).split())
+        return Row(run.name, kind, low, batch, error=error, memory_gb=run.memory_gb), None
     items = 1 if config.data.name != "lm" else int(config.data.window)  # LanguageModelData's
     epochs, examples = float(config.num_epochs), p.total_steps * batch * items
-    row = Row(run.name, kind, low, batch, epochs, spe, p.total_steps, examples)
+    row = Row(
+        run.name, kind, low, batch, epochs, spe, p.total_steps, examples, memory_gb=run.memory_gb
+    )
     n = devices(batch) if callable(devices) else devices or int(config.num_devices) or None
     if not n:
         return row, size
@@ -429,6 +433,13 @@ def render(est: Estimate) -> str:
         out += ["kinds ('?': in the high total only):"] + [f"  {k}: {KINDS[k]}" for k in kinds]
     out += [f"data: {s.what}" + ("" if s.exact else " (steps: an upper bound)") for s in est.sizes]
     out += prepare_lines(list(est.prepare))
+    declared = sorted({(r.batch, r.memory_gb) for r in est.rows if r.memory_gb})
+    if declared:
+        out.append(
+            "host memory declared, a run's peak (the local executor starts a run only while it "
+            "fits beside the live runs' within --host_memory_gb): "
+            + ", ".join(f"{m:g} GB at batch {b}" for b, m in declared)
+        )
     if timed:
         out.append("step time: one update; evaluation, compilation and checkpoints not counted")
         out += [f"step times from {s}" for s in est.sources]

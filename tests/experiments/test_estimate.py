@@ -2,6 +2,7 @@
 ``setup.build`` derives (hand counts on the full datasets, real builds on the local ones),
 chip-hours and price from a step time, the totals' range, and the step-time cache."""
 
+import dataclasses
 import json
 import math
 import os
@@ -340,3 +341,19 @@ def test_a_runs_hours_for_the_slurm_time_limit_cover_the_tuned_runs_as_they_unfo
     )
     untimed = {**hours, "step_times": step_times.StepTimes()}
     assert estimate.run_hours(exp, exp.full, run, **untimed) is None
+
+
+def test_the_declared_host_memory_is_one_line_by_batch():
+    """Runs that declare their peak host memory: one line, each batch once, smallest first; a plan
+    whose runs declare none has no such line."""
+    runs = (
+        Run("b64", 64, "legw", "batch=64,runlocal=True", memory_gb=2.5),
+        Run("b16", 16, "base", "batch=16,runlocal=True", memory_gb=1.25),
+        Run("b16_s1", 16, "base", "batch=16,runlocal=True", seed=1, memory_gb=1.25),
+    )
+    text = estimate.render(estimate.estimate(mnist_lstm.EXPERIMENT, Plan(runs, "declared")))
+    line = next(x for x in text.splitlines() if x.startswith("host memory declared"))
+    assert line.endswith("--host_memory_gb): 1.25 GB at batch 16, 2.5 GB at batch 64")
+    bare = tuple(dataclasses.replace(r, memory_gb=0.0) for r in runs)
+    text = estimate.render(estimate.estimate(mnist_lstm.EXPERIMENT, Plan(bare, "bare")))
+    assert "host memory declared" not in text
