@@ -437,7 +437,7 @@ def render(est: Estimate) -> str:
     if declared:
         out.append(
             "host memory declared, a run's peak (the local executor starts a run only while it "
-            "fits beside the live runs' within --host_memory_gb): "
+            "fits, with the live runs' declared peaks, within --host_memory_gb): "
             + ", ".join(f"{m:g} GB at batch {b}" for b, m in declared)
         )
     if timed:

@@ -24,7 +24,9 @@ ended:
 Where the executor's runs share one machine's memory (the local executor), a run that declares its
 peak host memory (:attr:`experiments.common.Run.memory_gb`) starts only while it fits beside the
 live runs' declared peaks; a free slot meanwhile takes the next run that fits, and a run larger than
-the whole allowance is refused before anything starts.
+the whole allowance is refused before anything starts. Nothing is reserved for a waiting run: with
+many slots, small runs can keep taking the room a large one waits for until they are used up. Only
+the runs this scheduler started count (not an orphan of a killed one, nor other processes).
 
 The tuned column unfolds as runs finish: the runs known are recomputed from the published finals
 whenever a run ends (:func:`experiments.runfiles.all_runs`), and started in :func:`launch_order`.
@@ -311,8 +313,21 @@ class Sweep:
         known = self.known()
         self.executor.check(known)
         self.checked = True
+        odd = [r for r in known if not (math.isfinite(r.memory_gb) and r.memory_gb >= 0)]
+        if odd:
+            raise SweepError(
+                f"{odd[0].name} declares memory_gb={odd[0].memory_gb}: give the run's peak host "
+                "memory in GB (0 or more; 0: not declared) in its plan"
+            )
         memory = self.executor.host_memory_gb()
-        large = [r for r in known if memory is not None and r.memory_gb > memory]
+        # one that ran elsewhere and is published needs no room here (read for the large alone)
+        large = [
+            r
+            for r in known
+            if memory is not None
+            and r.memory_gb > memory
+            and not runfiles.published(r.name, self.results_dir)
+        ]
         if large:
             names = ", ".join(f"{r.name} ({r.memory_gb:g} GB)" for r in large)
             raise SweepError(

@@ -216,6 +216,25 @@ def test_a_failed_saves_late_write_callbacks_print_nothing_after_its_line():
     assert runs["quiet"].stderr.count("Traceback") == 1
 
 
+def test_the_filter_is_in_place_before_a_save_ends_not_only_after_a_failure(tmp_path, monkeypatch):
+    """The late callbacks can run on tensorstore's threads before a failure reaches the caller:
+    the filter is installed by the time Orbax's save runs, and a save that succeeds leaves it in
+    place too."""
+    monkeypatch.setattr(sys, "unraisablehook", sys.__unraisablehook__)
+    ckpt = Checkpointer(str(tmp_path / "run"), every_steps=10)
+    real_save, seen = ckpt.manager.save, []
+
+    def save(*args, **kwargs):
+        seen.append(getattr(sys.unraisablehook, "_drops_closed_loop_callbacks", False))
+        return real_save(*args, **kwargs)
+
+    monkeypatch.setattr(ckpt.manager, "save", save)
+    assert ckpt.save(10, state(1))
+    assert seen == [True]
+    assert sys.unraisablehook._drops_closed_loop_callbacks
+    ckpt.close()
+
+
 def test_a_full_disk_raised_as_the_oserror_itself_is_the_same_line(tmp_path, monkeypatch):
     """Orbax's metadata writes may raise the ENOSPC OSError itself before tensorstore's ValueError
     (which comes first depends on its threads): the same line as above."""

@@ -92,7 +92,7 @@ class Executor(Protocol):
     def slots(self) -> list[Slot]: ...
 
     def host_memory_gb(self) -> float | None:
-        """The host memory the runs live at once may hold in all, in GB (each run's
+        """The host memory the runs alive at once may hold together, in GB (each run's
         :attr:`Run.memory_gb`), where they share one machine; None where each has its own."""
         ...
 

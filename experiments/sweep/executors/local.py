@@ -48,14 +48,24 @@ PLACEMENTS = ("pin", "share")
 DEFAULT_PLACEMENT = "pin"
 # the thread-count variables of the pools a run may open beside XLA's (OpenMP, the BLAS libraries)
 THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
-# of this machine's memory, what the runs live at once may hold in all by default (the rest: the
-# operating system, the scheduler, the page cache the data is read through)
+# of the memory this process may use, what the runs alive at once may hold together by default
+# (the rest: the operating system, the scheduler, the page cache the data is read through)
 HOST_MEMORY_SHARE = 0.9
+# a container's memory limit, cgroup v2 and v1 (read as the container sees its own hierarchy)
+CGROUP_LIMITS = ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes")
 
 
-def physical_memory_gb() -> float:
-    """This machine's physical memory in GB (10^9 bytes)."""
-    return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") / 1e9
+def usable_memory_gb(limits=CGROUP_LIMITS) -> float:
+    """The memory this process may use, in GB (10^9 bytes): the kernel's MemTotal, or a
+    container's memory limit where one is set lower (``max`` or a huge number: none)."""
+    total = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    for path in limits:
+        try:
+            with open(path) as f:
+                total = min(total, int(f.read().strip()))
+        except (OSError, ValueError):  # absent, or "max"
+            continue
+    return total / 1e9
 
 
 def cpu_shares(cores: list[int], jobs: int) -> list[tuple[int, ...]]:
@@ -182,9 +192,9 @@ class LocalExecutor:
         cores: list[int] | None = None,
         host_memory_gb: float = 0.0,
     ):
-        """``host_memory_gb``: what the runs live at once may hold in all (their declared
-        :attr:`~experiments.common.Run.memory_gb`); 0: :data:`HOST_MEMORY_SHARE` of this
-        machine's memory."""
+        """``host_memory_gb``: what the runs alive at once may hold together (their declared
+        :attr:`~experiments.common.Run.memory_gb`); 0: :data:`HOST_MEMORY_SHARE` of
+        :func:`usable_memory_gb`."""
         if placement not in PLACEMENTS:
             raise ExecutorError(f"placement {placement!r}: choose one of {', '.join(PLACEMENTS)}")
         if not host_memory_gb >= 0:  # NaN too
@@ -192,7 +202,7 @@ class LocalExecutor:
                 f"--host_memory_gb={host_memory_gb}: give the GB the runs may hold in all, or 0 "
                 f"for {HOST_MEMORY_SHARE:.0%} of this machine's memory"
             )
-        self._memory = host_memory_gb or HOST_MEMORY_SHARE * physical_memory_gb()
+        self._memory = host_memory_gb or HOST_MEMORY_SHARE * usable_memory_gb()
         self.program = program  # what a run's arguments are given to
         self.runs_per_device = max(1, runs_per_device)
         self.devices = devices or []
@@ -269,9 +279,10 @@ def define_flags(flags) -> list:
         flags.DEFINE_float(
             "host_memory_gb",
             0.0,
-            "local: the host memory, in GB, the runs live at once may hold in all; a run that "
-            "declares its peak (the plan's memory_gb) starts only while it fits beside the others "
-            f"(default 0: {HOST_MEMORY_SHARE:.0%} of this machine's memory).",
+            "local: the host memory, in GB, the runs alive at once may hold together; a run that "
+            "declares its peak (the plan's memory_gb) starts only while it fits beside the others' "
+            f"(default 0: {HOST_MEMORY_SHARE:.0%} of the memory this process may use: MemTotal, "
+            "or a container's lower limit).",
         ),
         flags.DEFINE_enum(
             "cpu_placement",
