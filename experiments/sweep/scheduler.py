@@ -330,11 +330,11 @@ class Sweep:
         ]
         if large:
             names = ", ".join(f"{r.name} ({r.memory_gb:g} GB)" for r in large)
+            needs, it = ("needs", "it") if len(large) == 1 else ("need", "them")
             raise SweepError(
-                f"{names} {'needs' if len(large) == 1 else 'need'} more host memory than the "
-                f"{memory:.1f} GB the runs here may hold (--host_memory_gb): run "
-                f"{'it' if len(large) == 1 else 'them'} on a larger machine, or leave "
-                f"{'it' if len(large) == 1 else 'them'} out with --only"
+                f"{names} {needs} more host memory than the {memory:.1f} GB the runs here may "
+                f"hold (--host_memory_gb): run {it} on a larger machine, or leave {it} out with "
+                "--only"
             )
         lost = unplaceable(known, self.executor.slots())
         if lost:

@@ -199,8 +199,8 @@ class LocalExecutor:
             raise ExecutorError(f"placement {placement!r}: choose one of {', '.join(PLACEMENTS)}")
         if not host_memory_gb >= 0:  # NaN too
             raise ExecutorError(
-                f"--host_memory_gb={host_memory_gb}: give the GB the runs may hold in all, or 0 "
-                f"for {HOST_MEMORY_SHARE:.0%} of this machine's memory"
+                f"--host_memory_gb={host_memory_gb}: give the GB the runs may hold together, or 0 "
+                f"for {HOST_MEMORY_SHARE:.0%} of the memory this process may use"
             )
         self._memory = host_memory_gb or HOST_MEMORY_SHARE * usable_memory_gb()
         self.program = program  # what a run's arguments are given to
