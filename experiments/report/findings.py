@@ -62,14 +62,63 @@ def reach_lines(s: Summary) -> list[str]:
         but = f" (but not at {', '.join(map(str, gaps))})" if gaps else ""
         return f"up to batch {top} (x{top / b0:g}){but}"
 
-    tol = s.exp.tolerance
-    within = f"{tol:.0%}" if s.exp.direction == "min" else f"{fmt(tol)}"
+    within = _tolerance_text(s)
     return [
         "",
         f"**LEGW's reach** (over the batches whose LEGW runs have all ended: "
         f"{', '.join(map(str, r['checked']))}): every seed reaches the target within the budget "
         f"{largest(r['target'])}; its final {s.exp.metric} is within {within} of the base's "
         f"({fmt(s.base['final'])}: {fmt(r['final_bound'])}) {largest(r['final'])}.",
+    ]
+
+
+def base_unstable(s: Summary) -> bool:
+    """Whether the base's seeds spread wider than the tolerance the verdict rests on: then no
+    column can be said to hold (end within the tolerance of the base's mean)."""
+    r = s.reach
+    if not r or not r["base_range"]:
+        return False
+    lo, hi = r["base_range"]
+    return hi - lo > r["margin"]
+
+
+def _tolerance_text(s: Summary) -> str:
+    tol = s.exp.tolerance
+    return f"{tol:.0%}" if s.exp.direction == "min" else fmt(tol)
+
+
+def stability_lines(s: Summary) -> list[str]:
+    """Whether the base can carry a verdict: its seeds' spread against the tolerance (shown for a
+    base of two or more seeds). Where the spread is wider, no batch can be said to hold, and a
+    miss is decided only where LEGW's mean falls short of the base's by more than the spread."""
+    r = s.reach
+    if not r or not r["base_range"]:
+        return []
+    lo, hi = r["base_range"]
+    n = s.base["seeds"]
+    ends = f"the base's {n} seeds end between {fmt(lo)} and {fmt(hi)}, a spread of {fmt(hi - lo)}"
+    side = "above" if s.exp.direction == "min" else "below"
+    tol = f"the tolerance ({_tolerance_text(s)} {side} the base's mean: {fmt(r['margin'])})"
+    if not base_unstable(s):
+        return ["", f"Base stability: {ends}, inside {tol}."]
+
+    def short(k: int) -> str:
+        v = r["shortfall"][k]
+        return f"{k} ({'short by' if v > 0 else 'ahead by'} {fmt(abs(v))})"
+
+    decided = [k for k, v in r["shortfall"].items() if v > hi - lo]
+    open_ = [k for k in r["shortfall"] if k not in decided]
+    where = f"at {', '.join(map(short, decided))}" if decided else "at none of the batches"
+    if not r["shortfall"]:
+        where = "no batch has all its LEGW runs ended yet"
+    if open_:
+        where += f"; not at {', '.join(map(short, open_))}"
+    return [
+        "",
+        f"**The base is unstable across seeds**: {ends}, wider than {tol}. This task cannot "
+        "decide that LEGW holds at any batch, since a column within the tolerance of the base's "
+        "mean is also within the base's own spread; it decides a miss only where LEGW's mean "
+        f"falls short of the base's by more than that spread: {where}.",
     ]
 
 

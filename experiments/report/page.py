@@ -11,11 +11,13 @@ from experiments import runfiles
 from experiments.report import tuned
 from experiments.report.findings import (
     ablation_tables,
+    base_unstable,
     checkpoint_noise_lines,
     decay_moved,
     noise_lines,
     reach_lines,
     reference_lines,
+    stability_lines,
 )
 from experiments.report.numbers import TUNING_ROLES
 from experiments.report.summary import Summary
@@ -151,6 +153,14 @@ def caveats(s: Summary) -> list[str]:
             "number of theirs is on this page): "
             + "; ".join(f"{r['run']}: {r['status'].removeprefix('damaged: ')}" for r in broken)
             + "."
+        )
+    if base_unstable(s):
+        lo, hi = s.reach["base_range"]
+        lines.append(
+            f"- **The base is unstable across seeds** (its finals span {fmt(lo)} to {fmt(hi)}, "
+            f"more than the tolerance of {fmt(s.reach['margin'])}): this task cannot decide "
+            "that LEGW holds; it decides a miss only where LEGW falls short by more than that "
+            "spread (below the table)."
         )
     moved = decay_moved(s)
     if moved:
@@ -355,6 +365,7 @@ def write_markdown(s: Summary, path: str, command: str) -> None:
         lines += (
             main_table(s, cells)
             + reach_lines(s)
+            + stability_lines(s)
             + noise_lines(s.noise)
             + checkpoint_noise_lines(s)
             + sensitivity_table(s)

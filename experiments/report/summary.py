@@ -254,7 +254,10 @@ def reach(exp: Experiment, rows, table, base) -> dict | None:
     """LEGW's reach over the batch sizes whose LEGW runs have all ended: the largest batch at
     which every seed reaches the target within the budget, and the largest at which its final
     mean is within the experiment's tolerance of the base's final mean; with the batches checked
-    and those where each holds. None without a finished base cell."""
+    and those where each holds; with what decides whether the base can carry a verdict at all:
+    its seeds' range of finals (``base_range``: None for one seed), the margin the tolerance allows
+    around its mean (``margin``) and, per batch checked, how far LEGW's mean falls short of the
+    base's (``shortfall``: positive where LEGW ends worse). None without a finished base cell."""
     if not base or base["final"] is None:
         return None
     planned: dict[int, int] = {}
@@ -274,12 +277,20 @@ def reach(exp: Experiment, rows, table, base) -> dict | None:
     final = sorted(
         k for k, v in done.items() if v["final"] is not None and exp.reached(v["final"], bound)
     )
+    worse = 1.0 if exp.direction == "max" else -1.0
     return {
         "checked": sorted(done),
         "target": target,
         "final": final,
         "final_bound": bound,
         "base_batch": base["batch"],
+        "base_range": base["final_range"],
+        "margin": abs(base["final"] - bound),
+        "shortfall": {
+            k: worse * (base["final"] - v["final"])
+            for k, v in sorted(done.items())
+            if v["final"] is not None
+        },
     }
 
 

@@ -375,13 +375,20 @@ def test_legws_reach_and_an_ablation_table_beside_the_run_it_changes(tmp_path):
     fake_run(tmp_path, "b40_legw_s1", [0.7, 0.8, 0.89], 40)
     fake_run(tmp_path, "b20_legw_noclip_s0", [0.3, 0.4, 0.5], 20)
     s = summary.build(exp, "local", str(tmp_path))
-    # the final bound is the base's final 0.92 - 0.02: 20 (0.905) is within it, 40 (0.89) not
-    assert s.reach == {
+    # the final bound is the base's final 0.92 - 0.02: 20 (0.905) is within it, 40 (0.89) not;
+    # the base's two seeds agree, so their spread (0) is inside the tolerance
+    reach = dict(s.reach)
+    assert math.isclose(reach.pop("margin"), 0.02)
+    shortfall = reach.pop("shortfall")
+    assert list(shortfall) == [20, 40]
+    assert math.isclose(shortfall[20], 0.015) and math.isclose(shortfall[40], 0.03)
+    assert reach == {
         "checked": [20, 40],
         "target": [20],
         "final": [20],
         "final_bound": 0.92 - 0.02,
         "base_batch": 10,
+        "base_range": (0.92, 0.92),
     }
     (key, pairs), *_ = s.ablations
     assert key == "optim.clip_norm" and [p[0] for p in pairs] == ["b20_legw_noclip_s0"]
@@ -397,6 +404,55 @@ def test_legws_reach_and_an_ablation_table_beside_the_run_it_changes(tmp_path):
     # the ablation is not a column of the batch table
     assert "legw, no clip |" not in md.split("Every run:")[0].split("Ablation:")[0]
     assert os.path.exists(out + "_steps_vs_batch.png") and "_steps_vs_batch.png)" in md
+
+
+def _stability_page(tmp_path, base_finals, legw_finals):
+    """The page of a base at batch 10 and LEGW at 20 and 40 (one seed each), every run ending at
+    the given finals after one epoch at 0.1."""
+    runs = sweep(10, (1, 2, 4), ("legw",), base_lr=0.1, sensitivity=(), noise_overrides=None)
+    # the base on as many seeds as it has finals, LEGW on seed 0
+    keep = {f"b10_base_s{i}" for i in range(len(base_finals))} | {"b20_legw_s0", "b40_legw_s0"}
+    exp = fake_experiment(Plan(tuple(r for r in runs if r.name in keep), "fake"))
+    for i, a in enumerate(base_finals):
+        fake_run(tmp_path, f"b10_base_s{i}", [0.1, a], 10)
+    for batch, a in legw_finals.items():
+        fake_run(tmp_path, f"b{batch}_legw_s0", [0.1, a], batch)
+    s = summary.build(exp, "local", str(tmp_path))
+    page.write_markdown(s, str(tmp_path / "fake_local.md"), "cmd")  # the page alone, no plots
+    return s, (tmp_path / "fake_local.md").read_text()
+
+
+def test_a_base_whose_seeds_spread_past_the_tolerance_cannot_decide_a_hold(tmp_path):
+    """Base finals 0.5, 0.9 and 0.7 (mean 0.7, spread 0.4, against a tolerance of 0.02): no batch
+    can hold; LEGW at 20 ends at 0.2, 0.5 below the base's mean, past the spread (a decided miss);
+    at 40 at 0.65, 0.05 below it, inside the spread (not decided)."""
+    s, md = _stability_page(tmp_path, [0.5, 0.9, 0.7], {20: 0.2, 40: 0.65})
+    assert s.reach["base_range"] == (0.5, 0.9)
+    assert math.isclose(s.reach["margin"], 0.02)
+    assert list(s.reach["shortfall"]) == [20, 40]
+    short = s.reach["shortfall"]
+    assert math.isclose(short[20], 0.5) and math.isclose(short[40], 0.05)
+    head, tail = md.split("Paper's claim:")
+    assert "- **The base is unstable across seeds** (its finals span 0.5 to 0.9, more than " in head
+    assert (
+        "**The base is unstable across seeds**: the base's 3 seeds end between 0.5 and 0.9, a "
+        "spread of 0.4, wider than the tolerance (0.02 below the base's mean: 0.02)." in tail
+    )
+    assert "by more than that spread: at 20 (short by 0.5); not at 40 (short by 0.05)." in tail
+
+
+def test_a_base_whose_seeds_agree_within_the_tolerance_is_called_stable(tmp_path):
+    """Finals 0.90, 0.91 and 0.905 (spread 0.01 inside the 0.02); LEGW ahead at 20 by 0.005."""
+    s, md = _stability_page(tmp_path, [0.9, 0.91, 0.905], {20: 0.91, 40: 0.8})
+    assert math.isclose(s.reach["shortfall"][20], -0.005) and s.reach["shortfall"][40] > 0
+    assert "unstable" not in md
+    assert (
+        "Base stability: the base's 3 seeds end between 0.9 and 0.91, a spread of 0.01, inside "
+        "the tolerance (0.02 below the base's mean: 0.02)." in md
+    )
+    # one base seed: no spread measured, nothing said of it
+    s, md = _stability_page(tmp_path / "one", [0.9], {20: 0.91})
+    assert s.reach["base_range"] is None and "Base stability" not in md and "unstable" not in md
 
 
 def test_the_page_names_a_run_whose_warmup_moved_its_decay(tmp_path):
