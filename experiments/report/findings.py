@@ -108,11 +108,11 @@ def stability_lines(s: Summary) -> list[str]:
 
     decided = [k for k, v in r["shortfall"].items() if v > hi - lo]
     open_ = [k for k in r["shortfall"] if k not in decided]
-    where = f"at {', '.join(map(short, decided))}" if decided else "at none of the batches"
     if not r["shortfall"]:
         where = "no batch has all its LEGW runs ended yet"
-    if open_:
-        where += f"; not at {', '.join(map(short, open_))}"
+    else:
+        where = f"at {', '.join(map(short, decided))}" if decided else "at none of the batches"
+        where += f"; not at {', '.join(map(short, open_))}" if open_ else ""
     return [
         "",
         f"**The base is unstable across seeds**: {ends}, wider than {tol}. This task cannot "
